@@ -1,0 +1,47 @@
+# Quick start: `make demo` and `make test`. Both install what is missing (Debian packages,
+# a virtual environment with vkcore editable and its test extras), then run.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.vkcore-installed
+APT_PACKAGES := mesa-vulkan-drivers libvulkan1 vulkan-tools glslang-tools spirv-tools vulkan-validationlayers
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# The README's commands, examples and benchmarks keep their caches in ./cache.
+export VKCORE_CACHE_DIR ?= $(CURDIR)/cache
+
+.PHONY: all setup system venv demo test lint soak bench coldwarm wheel clean
+
+all: test
+
+setup: system venv
+
+system:
+	@missing=""; for p in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@[ -x $(PY) ] || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+demo: setup
+	$(PY) -m vkcore demo
+
+test: setup
+	VKCORE_VALIDATION=1 $(PY) -m pytest -q
+
+lint: setup
+	$(PY) -m ruff check vkcore tests examples
+	$(PY) -m ruff format --check vkcore tests examples
+	$(PY) -m mypy vkcore
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,117 @@
+// Shared by softmax_online.comp and softmax_safe.comp.
+//
+// Layout: x and y are rows of `n` elements (in units of VT: vec4 when VEC4 == 1, which
+// needs the row length to be a multiple of 4, else float). A workgroup handles `chunk`
+// units of one row; `nchunks` workgroups cover a row (nchunks == 1: one workgroup per
+// row, everything in one dispatch). Row index = gl_WorkGroupID.y + row_offset.
+//
+// Semantics (same in both algorithms): -inf entries give 0; a row of only -inf gives
+// all zeros; a NaN or +inf anywhere in a row makes the whole row NaN; rows never
+// influence each other.
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+
+layout(local_size_x_id = 0) in;
+
+#if VEC4
+#define VT vec4
+#else
+#define VT float
+#endif
+
+layout(std430, binding = 0) readonly buffer X { VT x[]; };
+layout(std430, binding = 1) writeonly buffer Y { VT y[]; };
+struct Part { float m; float l; uint bad; uint pad; };
+layout(std430, binding = 2) buffer P { Part parts[]; };
+
+layout(push_constant) uniform Push {
+    uint n;          // row length in VT units
+    uint row_offset; // first row of this dispatch
+    uint chunk;      // VT units per workgroup
+    uint nchunks;    // workgroups per row
+} pc;
+
+#define NEG_INF uintBitsToFloat(0xff800000u)
+#define QNAN uintBitsToFloat(0x7fc00000u)
+
+shared float sh_m[gl_WorkGroupSize.x];
+shared float sh_l[gl_WorkGroupSize.x];
+shared uint sh_bad[gl_WorkGroupSize.x];
+
+// 1 when v holds a NaN or +inf (by bits: no reliance on comparisons with NaN).
+uint is_bad(float v) {
+    uint b = floatBitsToUint(v);
+    return uint((b & 0x7fffffffu) > 0x7f800000u || b == 0x7f800000u);
+}
+uint is_bad(vec4 v) {
+    uvec4 b = floatBitsToUint(v);
+    bvec4 nan = greaterThan(b & 0x7fffffffu, uvec4(0x7f800000u));
+    bvec4 pinf = equal(b, uvec4(0x7f800000u));
+    return uint(any(nan) || any(pinf));
+}
+float hmax(float v) { return v; }
+float hmax(vec4 v) { return max(max(v.x, v.y), max(v.z, v.w)); }
+float hsum(float v) { return v; }
+float hsum(vec4 v) { return (v.x + v.y) + (v.z + v.w); }
+
+// exp(v - m) with -inf entries mapped to exactly 0.
+float shifted_exp(float v, float m) { return v == NEG_INF ? 0.0 : exp(v - m); }
+vec4 shifted_exp(vec4 v, float m) { return mix(exp(v - m), vec4(0.0), equal(v, vec4(NEG_INF))); }
+
+// l expressed relative to a larger maximum M; a state that has seen only -inf is 0.
+float rescale(float l, float m, float M) { return m == NEG_INF ? 0.0 : l * exp(m - M); }
+
+// Merge of the (m, l, bad) states of all invocations; every invocation gets the result.
+void workgroup_merge(inout float m, inout float l, inout uint bad) {
+    float sm = subgroupMax(m);
+    float sl = subgroupAdd(rescale(l, m, sm));
+    uint sb = subgroupOr(bad);
+    if (subgroupElect()) {
+        sh_m[gl_SubgroupID] = sm;
+        sh_l[gl_SubgroupID] = sl;
+        sh_bad[gl_SubgroupID] = sb;
+    }
+    barrier();
+    float M = NEG_INF;
+    uint B = 0u;
+    for (uint i = 0u; i < gl_NumSubgroups; ++i) {
+        M = max(M, sh_m[i]);
+        B |= sh_bad[i];
+    }
+    float L = 0.0;
+    for (uint i = 0u; i < gl_NumSubgroups; ++i) L += rescale(sh_l[i], sh_m[i], M);
+    barrier();  // the shared arrays may be reused after this
+    m = M; l = L; bad = B;
+}
+
+// Merge of the partial states of one row written by the previous dispatch.
+void merge_parts(uint row, out float M, out float L, out uint B) {
+    M = NEG_INF; B = 0u;
+    uint base = row * pc.nchunks;
+    for (uint c = 0u; c < pc.nchunks; ++c) { M = max(M, parts[base + c].m); B |= parts[base + c].bad; }
+    L = 0.0;
+    for (uint c = 0u; c < pc.nchunks; ++c) L += rescale(parts[base + c].l, parts[base + c].m, M);
+}
+
+// Range [begin, end) of this workgroup's chunk, in VT units of the flat array.
+void chunk_range(uint row, out uint begin, out uint end) {
+    uint start = gl_WorkGroupID.x * pc.chunk;
+    begin = row * pc.n + start;
+    end = row * pc.n + min(start + pc.chunk, pc.n);
+}
+
+// y = exp(x - M) / L over [begin, end), with the documented non-finite answers.
+void write_probabilities(uint begin, uint end, float M, float L, uint bad) {
+    for (uint i = begin + gl_LocalInvocationID.x; i < end; i += gl_WorkGroupSize.x) {
+        if (bad != 0u) y[i] = VT(QNAN);
+        else if (M == NEG_INF) y[i] = VT(0.0);
+        else y[i] = shifted_exp(x[i], M) / L;
+    }
+}
+
+void store_part(uint row, float m, float l, uint bad) {
+    if (gl_LocalInvocationID.x == 0u) {
+        uint idx = row * pc.nchunks + gl_WorkGroupID.x;
+        parts[idx].m = m; parts[idx].l = l; parts[idx].bad = bad; parts[idx].pad = 0u;
+    }
+}

@@ -1,0 +1,42 @@
+#version 450
+// Online softmax (Milakov & Gimelshein, Algorithm 1 of the online-softmax post): one
+// pass computes the running maximum m and the running sum l, rescaling l by
+// exp(m_old - m_new) only when a vector raises the maximum (not per element), then a
+// second pass writes exp(x - m) / l. Partial (m, l) states merge across invocations and
+// across workgroups with l = l_a exp(m_a - M) + l_b exp(m_b - M).
+//
+// STAGE 0: one workgroup per row, stats + write in one dispatch.
+// STAGE 1: partial (m, l) per chunk into `parts`.   STAGE 2: merge the row's parts, write.
+#extension GL_GOOGLE_include_directive : require
+#include "softmax_common.glsl"
+
+void online_stats(uint begin, uint end, out float m, out float l, out uint bad) {
+    m = NEG_INF; l = 0.0; bad = 0u;
+    for (uint i = begin + gl_LocalInvocationID.x; i < end; i += gl_WorkGroupSize.x) {
+        VT v = x[i];
+        bad |= is_bad(v);
+        float vm = hmax(v);
+        if (vm > m) { l = rescale(l, m, vm); m = vm; }
+        if (m != NEG_INF) l += hsum(shifted_exp(v, m));
+    }
+    workgroup_merge(m, l, bad);
+}
+
+void main() {
+    uint row = gl_WorkGroupID.y + pc.row_offset;
+    uint begin, end;
+    chunk_range(row, begin, end);
+#if STAGE == 0
+    float m, l; uint bad;
+    online_stats(begin, end, m, l, bad);
+    write_probabilities(begin, end, m, l, bad);
+#elif STAGE == 1
+    float m, l; uint bad;
+    online_stats(begin, end, m, l, bad);
+    store_part(row, m, l, bad);
+#else
+    float M, L; uint B;
+    merge_parts(row, M, L, B);
+    write_probabilities(begin, end, M, L, B);
+#endif
+}

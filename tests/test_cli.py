@@ -1,0 +1,52 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from vkcore.cli import main
+
+
+def run_cli(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "vkcore", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_info_json_has_cache_key_fields():
+    out = run_cli("info", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    chosen = data["chosen"]
+    for key in ("vendor_id", "device_id", "driver_version", "pipeline_cache_uuid", "device_uuid", "driver_id",
+                "driver_name", "driver_info", "api_version", "subgroup_size", "max_storage_buffer_range",
+                "max_compute_work_group_count", "max_compute_work_group_size", "timestamp_period",
+                "storage_buffer_8bit_access", "shader_int8", "integer_dot_product",
+                "integer_dot_product_8bit_accelerated", "pointer_size"):
+        assert key in chosen, key
+    assert len(bytes.fromhex(chosen["pipeline_cache_uuid"])) == 16
+    assert data["devices"]
+
+
+def test_demo_prints_seed_probabilities_and_passes():
+    out = run_cli("demo", "--rows", "8", "--cols", "256")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0.09003057" in out.stdout and "0.24472848" in out.stdout
+    assert "all checks passed" in out.stdout
+
+
+def test_bad_usage_exits_2(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["no-such-command"])
+    assert exc.value.code == 2
+    assert main([]) == 2
+
+
+def test_version():
+    out = run_cli("--version")
+    assert out.returncode == 0 and out.stdout.startswith("vkcore ")
+
+
+def test_unknown_device_is_one_line_error():
+    out = run_cli("--device", "no-such-gpu-xyz", "info")
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    assert out.stderr.strip().count("\n") == 0 and "no-such-gpu-xyz" in out.stderr

@@ -1,0 +1,145 @@
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import vkcore
+from vkcore import vkapi
+
+
+def test_devices_lists_lavapipe_fields():
+    infos = vkcore.devices()
+    assert infos, "no Vulkan device"
+    for info in infos:
+        assert info.name
+        assert len(info.pipeline_cache_uuid) == 16
+        assert len(info.device_uuid) == 16
+        assert info.max_storage_buffer_range > 0
+        assert info.subgroup_size >= 1
+
+
+def test_expected_driver(device):
+    """CI sets VKCORE_EXPECT_DRIVER=llvmpipe: a silent fallback to another driver fails here."""
+    expected = os.environ.get("VKCORE_EXPECT_DRIVER")
+    if expected is None:
+        pytest.skip("VKCORE_EXPECT_DRIVER not set (CI sets it)")
+    haystack = f"{device.info.name} {device.info.driver_name}".lower()
+    assert expected.lower() in haystack, f"ran on {device.info.name} / {device.info.driver_name}"
+
+
+def test_lavapipe_identity(device):
+    info = device.info
+    if "llvmpipe" not in info.name:
+        pytest.skip("identity values below are lavapipe's")
+    assert info.vendor_id == 0x10005
+    assert info.device_type == "cpu"
+    assert info.driver_id == 13
+    assert info.subgroup_size == 8
+    assert info.timestamp_period == 1.0
+    assert info.shader_int8 and info.storage_buffer_8bit_access
+
+
+def test_select_by_index_and_name():
+    infos = vkcore.devices()
+    with vkcore.Device(0, pipeline_cache=False) as dev:
+        assert dev.info.index == 0
+    word = infos[0].name.split()[0][:4]
+    with vkcore.Device(word, pipeline_cache=False) as dev:
+        assert word.lower() in dev.info.name.lower()
+
+
+def test_unknown_device_lists_devices(monkeypatch):
+    monkeypatch.setenv("VKCORE_DEVICE", "no-such-gpu-xyz")
+    with pytest.raises(ValueError, match="no-such-gpu-xyz.*devices are: 0: "):
+        vkcore.Device()
+    with pytest.raises(ValueError, match="out of range"):
+        vkcore.Device(99)
+
+
+def test_close_is_idempotent_and_blocks_use():
+    dev = vkcore.Device(pipeline_cache=False)
+    t = vkcore.asarray(np.ones(4, np.float32), device=dev)
+    dev.close()
+    dev.close()
+    assert dev.closed
+    with pytest.raises(RuntimeError, match="closed"):
+        vkcore.asarray(np.ones(4, np.float32), device=dev)
+    with pytest.raises(RuntimeError, match="released"):
+        t.numpy()
+
+
+def test_context_manager_closes():
+    with vkcore.Device(pipeline_cache=False) as dev:
+        assert not dev.closed
+    assert dev.closed
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int8", "uint8", "int16", "uint16", "int32", "uint32"])
+def test_asarray_roundtrip(device, rng, dtype):
+    a = (rng.standard_normal((3, 5, 7)) * 50).astype(dtype)
+    t = vkcore.asarray(a, device=device)
+    assert t.shape == a.shape and t.dtype == a.dtype and t.device is device
+    np.testing.assert_array_equal(t.numpy(), a)
+    np.testing.assert_array_equal(np.asarray(t), a)
+
+
+def test_asarray_edge_inputs(device):
+    assert vkcore.asarray(np.zeros((0, 3), np.float32), device=device).numpy().shape == (0, 3)
+    assert vkcore.asarray(np.float32(2.5), device=device).numpy() == np.float32(2.5)
+    view = np.arange(20, dtype=np.float32)[::-3]
+    np.testing.assert_array_equal(vkcore.asarray(view, device=device).numpy(), view)
+    t = vkcore.asarray(np.arange(6, dtype=np.int32), device=device)
+    assert vkcore.asarray(t, device=device) is t
+    np.testing.assert_array_equal(t.reshape(2, 3).numpy(), np.arange(6).reshape(2, 3))
+    with pytest.raises(TypeError, match="dtype"):
+        vkcore.asarray(np.zeros(3, np.float64), device=device)
+    with pytest.raises(TypeError, match="dtype"):
+        vkcore.asarray(np.array(["a"]), device=device)
+    with pytest.raises(TypeError):
+        vkcore.asarray(None, device=device)
+
+
+def test_staging_path_roundtrip_and_kernel(monkeypatch, rng):
+    monkeypatch.setenv("VKCORE_FORCE_STAGING", "1")
+    with vkcore.Device(validation=True, pipeline_cache=False) as dev:
+        a = rng.standard_normal((7, 300)).astype(np.float32)
+        t = vkcore.asarray(a, device=dev)
+        assert t.buffer.mapped is None
+        np.testing.assert_array_equal(t.numpy(), a)
+        y = vkcore.softmax(a, device=dev)
+        np.testing.assert_allclose(y, vkcore.reference.softmax(a), atol=1e-6)
+        assert dev.validation_messages == []
+
+
+def test_validation_errors_are_raised():
+    """A deliberately invalid call (a zero-size buffer) is caught and raised by the next check."""
+    with vkcore.Device(validation=True, pipeline_cache=False) as dev:
+        keep = vkapi.Keep()
+        info = keep.struct("VkBufferCreateInfo", size=0, usage=0x20, sharingMode=0)
+        out = dev.ffi.new("VkBuffer*")
+        dev.lib.vkCreateBuffer(dev.handle, info, dev.ffi.NULL, out)
+        with pytest.raises(vkcore.ValidationError, match="VUID-VkBufferCreateInfo-size-00912"):
+            dev.check()
+        if out[0] != dev.ffi.NULL:
+            dev.lib.vkDestroyBuffer(dev.handle, out[0], dev.ffi.NULL)
+
+
+def test_vulkan_error_names_call_and_result():
+    err = vkcore.VulkanError("vkAllocateMemory", -2)
+    assert isinstance(err, RuntimeError)
+    assert "vkAllocateMemory" in str(err) and "VK_ERROR_OUT_OF_DEVICE_MEMORY" in str(err)
+
+
+def test_default_device_is_shared():
+    a = vkcore.default_device()
+    assert vkcore.default_device() is a
+
+
+def test_no_driver_gives_clear_error(tmp_path):
+    env = dict(os.environ, VK_ICD_FILENAMES=str(tmp_path / "none.json"), VK_DRIVER_FILES=str(tmp_path / "none.json"))
+    code = "import vkcore\ntry:\n    vkcore.Device()\nexcept vkcore.VulkanError as e:\n    print('ERR', e)\n"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "ERR" in out.stdout and ("no Vulkan device" in out.stdout or "vkCreateInstance" in out.stdout)

@@ -1,0 +1,168 @@
+"""Online and safe softmax against the float64 numpy reference and the documented edge cases."""
+
+import numpy as np
+import pytest
+
+import vkcore
+from vkcore import reference
+from vkcore.kernels import softmax as sm
+
+ALGS = ["online", "safe"]
+SEED = [1000.0, 1001.0, 1002.0]
+SEED_EXPECTED = [0.09003057317038046, 0.24472847105479764, 0.6652409557748218]
+
+
+def check_accuracy(y, x):
+    ref = reference.softmax(x)
+    assert y.dtype == np.float32
+    assert y.shape == np.shape(x)
+    assert np.abs(y - ref).max() <= 1e-6
+    assert np.abs(y.sum(axis=-1, dtype=np.float64) - 1).max() <= 1e-5
+
+
+@pytest.mark.parametrize("alg", ALGS)
+def test_seed_example(device, alg):
+    y = vkcore.softmax(np.array(SEED, np.float32), algorithm=alg, device=device)
+    np.testing.assert_allclose(y, SEED_EXPECTED, rtol=0, atol=1e-7)
+
+
+@pytest.mark.parametrize("alg", ALGS)
+@pytest.mark.parametrize(
+    "shape",
+    [(1,), (3,), (1, 1), (2, 5), (7, 13), (4, 64), (3, 257), (5, 1023), (2, 4096), (33, 4097), (1, 100_003),
+     (3, 1 << 18), (200, 256), (2, 3, 40)],
+)
+def test_accuracy_random(device, rng, alg, shape):
+    x = (rng.standard_normal(shape) * 6).astype(np.float32)
+    check_accuracy(vkcore.softmax(x, algorithm=alg, device=device), x)
+
+
+@pytest.mark.parametrize("alg", ALGS)
+def test_long_row_is_split_across_workgroups(device, rng, alg):
+    n = 1 << 20
+    p = sm.plan(device, 1, n)
+    assert p.nchunks > 1, "a single long row must be split so every thread works"
+    x = (rng.standard_normal((1, n)) * 3).astype(np.float32)
+    check_accuracy(vkcore.softmax(x, algorithm=alg, device=device), x)
+
+
+def test_many_rows_use_one_workgroup_per_row(device):
+    assert sm.plan(device, 4096, 4096).nchunks == 1
+
+
+@pytest.mark.parametrize("alg", ALGS)
+def test_more_than_65535_rows(device, rng, alg):
+    x = rng.standard_normal((70_001, 3)).astype(np.float32)
+    check_accuracy(vkcore.softmax(x, algorithm=alg, device=device), x)
+
+
+@pytest.mark.parametrize("alg", ALGS)
+@pytest.mark.parametrize("n", [1, 6, 8, 40, 9000])
+def test_edge_cases(device, rng, alg, n):
+    x = rng.standard_normal((7, n)).astype(np.float32)
+    x[0, :] = -np.inf  # all masked
+    x[1, n // 2] = np.nan  # NaN row
+    x[2, n // 3] = np.inf  # +inf row
+    x[3, ::2] = -np.inf  # partially masked
+    x[4, :] = 88.0 + np.arange(n, dtype=np.float32) / max(n, 1)  # large logits
+    x[5, :] = 0.0  # uniform
+    y = vkcore.softmax(x, algorithm=alg, device=device)
+    assert np.all(y[0] == 0.0)
+    assert np.all(np.isnan(y[1])) and np.all(np.isnan(y[2]))
+    assert np.all(y[3, ::2] == 0.0)
+    assert not np.isnan(y[[0, 3, 4, 5, 6]]).any(), "a non-finite value leaked into another row"
+    np.testing.assert_allclose(y[5], 1.0 / n, rtol=1e-6)
+    ref = reference.softmax(x)
+    np.testing.assert_allclose(y, ref, atol=1e-6, rtol=0, equal_nan=True)
+    if n > 1:
+        np.testing.assert_allclose(y[[3, 4, 5, 6]].sum(-1), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("alg", ALGS)
+def test_nonfinite_never_leaks_between_rows_in_split_path(device, rng, alg):
+    x = rng.standard_normal((2, 300_000)).astype(np.float32)
+    x[0, 123_456] = np.nan
+    y = vkcore.softmax(x, algorithm=alg, device=device)
+    assert np.isnan(y[0]).all()
+    check_accuracy(y[1:], x[1:])
+
+
+def test_n_equals_one_gives_one(device):
+    x = np.array([[3.0], [-7.0], [-np.inf]], np.float32)
+    np.testing.assert_array_equal(vkcore.softmax(x, device=device)[:, 0], [1.0, 1.0, 0.0])
+
+
+@pytest.mark.parametrize("shape", [(0,), (0, 5), (5, 0), (2, 0, 3)])
+def test_empty_gives_empty_without_dispatch(device, monkeypatch, shape):
+    calls = []
+    monkeypatch.setattr(device.submitter, "run", lambda *a, **k: calls.append(a))
+    y = vkcore.softmax(np.zeros(shape, np.float32), device=device)
+    assert y.shape == shape and y.dtype == np.float32
+    assert calls == []
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+def test_other_float_dtypes_become_float32(device, rng, dtype):
+    x = rng.standard_normal((4, 50)).astype(dtype)
+    y = vkcore.softmax(x, device=device)
+    assert y.dtype == np.float32
+    check_accuracy(y, x.astype(np.float32))
+
+
+@pytest.mark.parametrize("bad", [np.arange(4), np.ones(3, bool), np.ones(3, np.complex64), np.array([object()])])
+def test_non_float_dtypes_are_type_errors(device, bad):
+    with pytest.raises(TypeError, match="x must"):
+        vkcore.softmax(bad, device=device)
+
+
+def test_bad_arguments(device):
+    with pytest.raises(ValueError, match="0-d"):
+        vkcore.softmax(np.float32(1.0), device=device)
+    with pytest.raises(TypeError):
+        vkcore.softmax("abc", device=device)
+    with pytest.raises(TypeError):
+        vkcore.softmax(None, device=device)
+    with pytest.raises(ValueError, match="algorithm"):
+        vkcore.softmax(np.ones(3, np.float32), algorithm="fast", device=device)
+    with pytest.raises(ValueError, match="axis"):
+        vkcore.softmax(np.ones((2, 3), np.float32), axis=2, device=device)
+    with pytest.raises(TypeError, match="axis"):
+        vkcore.softmax(np.ones((2, 3), np.float32), axis=1.0, device=device)
+    with pytest.raises(TypeError, match="device"):
+        vkcore.softmax(np.ones(3, np.float32), device="gpu")
+
+
+def test_axis_argument(device, rng):
+    x = rng.standard_normal((5, 6, 7)).astype(np.float32)
+    for axis in (0, 1, -2):
+        y = vkcore.softmax(x, axis=axis, device=device)
+        np.testing.assert_allclose(y, reference.softmax(x, axis=axis), atol=1e-6)
+
+
+def test_input_not_modified_and_views(device, rng):
+    base = rng.standard_normal((6, 40)).astype(np.float32)
+    x = base.copy()
+    x.setflags(write=False)
+    vkcore.softmax(x, device=device)
+    np.testing.assert_array_equal(x, base)
+    view = base[::-2, 3:37:3]
+    check_accuracy(vkcore.softmax(view, device=device), np.ascontiguousarray(view))
+
+
+def test_tensor_in_tensor_out(device, rng):
+    x = rng.standard_normal((3, 128)).astype(np.float32)
+    t = vkcore.asarray(x, device=device)
+    y = vkcore.softmax(t)
+    assert isinstance(y, vkcore.Tensor) and y.shape == (3, 128)
+    check_accuracy(y.numpy(), x)
+    with pytest.raises(TypeError, match="float32 Tensor"):
+        vkcore.softmax(vkcore.asarray(x.astype(np.float16), device=device))
+    with pytest.raises(ValueError, match="last axis"):
+        vkcore.softmax(t, axis=0)
+
+
+def test_online_and_safe_agree(device, rng):
+    x = (rng.standard_normal((64, 1000)) * 20).astype(np.float32)
+    a = vkcore.softmax(x, algorithm="online", device=device)
+    b = vkcore.softmax(x, algorithm="safe", device=device)
+    assert np.abs(a - b).max() <= 1e-6

@@ -1,0 +1,60 @@
+"""The ``vkcore`` command line (also ``python -m vkcore``).
+
+Each subcommand lives in its own module of this package with ``register(subparsers)``,
+which adds a parser whose ``func(args) -> int`` runs it. Exit status: 0 success, 1 a
+failed check, 2 bad usage. Errors print one line; ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from .. import __version__
+
+# Subcommand modules, in the order ``--help`` lists them.
+SUBCOMMANDS = ["info", "demo"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vkcore",
+        description="Vulkan compute kernels (online softmax, RTN quantization, INT8 matvec) "
+        "with a persisted pipeline cache.",
+    )
+    parser.add_argument("--version", action="version", version=f"vkcore {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logging")
+    parser.add_argument("--device", default=None, help="device index or name substring (default: $VKCORE_DEVICE)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        importlib.import_module(f"{__name__}.{name}").register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.WARNING, format="vkcore: %(levelname)s: %(message)s"
+    )
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("vkcore: interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, TypeError) as exc:
+        if args.debug:
+            raise
+        print(f"vkcore: error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - one clear line, traceback only with --debug
+        if args.debug:
+            raise
+        print(f"vkcore: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1

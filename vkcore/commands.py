@@ -1,0 +1,280 @@
+"""Command recording and submission: dispatches, barriers, one fence, timestamps.
+
+A kernel call is a list of :class:`Dispatch` steps run in order in one command buffer,
+separated by compute-to-compute barriers and closed by a compute-to-host barrier, so
+mapped memory reads the results once the fence has signalled. Submission holds the
+device lock, so several threads may share one Device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import vkapi
+
+if TYPE_CHECKING:
+    from .device import Device
+    from .memory import Buffer
+    from .pipeline import Pipeline
+
+_VK_TIMEOUT = 2
+_WAIT_SLICE_NS = 100_000_000  # wake up to let Python handle Ctrl-C
+_STAGING_MAX = 64 << 20
+
+_COMPUTE = 0x800  # VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
+_TRANSFER = 0x1000
+_HOST = 0x4000
+_TOP = 0x1
+_BOTTOM = 0x2000
+_SHADER_READ, _SHADER_WRITE = 0x20, 0x40
+_TRANSFER_READ, _TRANSFER_WRITE = 0x800, 0x1000
+_HOST_READ, _HOST_WRITE = 0x2000, 0x4000
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """One vkCmdDispatch: a pipeline, its buffers (bindings 0..n-1), push constants, grid."""
+
+    pipeline: Pipeline
+    buffers: tuple[Buffer, ...]
+    push: bytes
+    groups: tuple[int, int, int]
+
+
+class Submitter:
+    """The device's command buffer, fence, timestamp queries and staging buffer."""
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        ffi, lib = device.ffi, device.lib
+        keep = vkapi.Keep()
+        self.command_buffer: Any = None
+        self.fence: Any = None
+        self.query_pool: Any = None
+        self.staging: Buffer | None = None
+        alloc = keep.struct(
+            "VkCommandBufferAllocateInfo", commandPool=device.command_pool, level=0, commandBufferCount=1
+        )
+        cb = ffi.new("VkCommandBuffer[1]")
+        vkapi.check(lib.vkAllocateCommandBuffers(device.handle, alloc, cb), "vkAllocateCommandBuffers")
+        self.command_buffer = cb[0]
+        fence = ffi.new("VkFence*")
+        vkapi.check(
+            lib.vkCreateFence(device.handle, keep.struct("VkFenceCreateInfo"), ffi.NULL, fence), "vkCreateFence"
+        )
+        self.fence = fence[0]
+        self.timestamps = device.timestamp_valid_bits > 0
+        if self.timestamps:
+            qinfo = keep.struct("VkQueryPoolCreateInfo", queryType=vkapi.flag("VK_QUERY_TYPE_TIMESTAMP"), queryCount=2)
+            pool = ffi.new("VkQueryPool*")
+            vkapi.check(lib.vkCreateQueryPool(device.handle, qinfo, ffi.NULL, pool), "vkCreateQueryPool")
+            self.query_pool = pool[0]
+        self.last_device_seconds: float | None = None
+
+    # ------------------------------------------------------------------ dispatch
+    def run(self, dispatches: Sequence[Dispatch], *, timed: bool = True) -> float | None:
+        """Record, submit and wait for ``dispatches``; device seconds when timed."""
+        dev = self.device
+        with dev.lock:
+            dev.check()
+            sets = self._descriptor_sets(dispatches)
+            try:
+                self._record(dispatches, sets, timed and self.timestamps)
+                self._submit_and_wait()
+                seconds = self._elapsed() if timed and self.timestamps else None
+            finally:
+                self._free_sets(sets)
+            self.last_device_seconds = seconds
+            dev.check()
+            return seconds
+
+    def _descriptor_sets(self, dispatches: Sequence[Dispatch]) -> list[Any]:
+        dev = self.device
+        ffi, lib = dev.ffi, dev.lib
+        if not dispatches:
+            return []
+        keep = vkapi.Keep()
+        layouts = keep.new("VkDescriptorSetLayout[]", [d.pipeline.set_layout for d in dispatches])
+        info = keep.struct(
+            "VkDescriptorSetAllocateInfo",
+            descriptorPool=dev.descriptor_pool,
+            descriptorSetCount=len(dispatches),
+            pSetLayouts=layouts,
+        )
+        out = ffi.new("VkDescriptorSet[]", len(dispatches))
+        vkapi.check(lib.vkAllocateDescriptorSets(dev.handle, info, out), "vkAllocateDescriptorSets")
+        sets = [out[i] for i in range(len(dispatches))]
+        writes = []
+        storage = vkapi.flag("VK_DESCRIPTOR_TYPE_STORAGE_BUFFER")
+        for dset, d in zip(sets, dispatches, strict=True):
+            if len(d.buffers) != d.pipeline.buffers:
+                raise ValueError(f"{d.pipeline.name} takes {d.pipeline.buffers} buffers, got {len(d.buffers)}")
+            for binding, buf in enumerate(d.buffers):
+                buf._require_alive()
+                binfo = keep.new("VkDescriptorBufferInfo*", {"buffer": buf.handle, "offset": 0, "range": buf.nbytes})
+                writes.append(
+                    {
+                        "sType": vkapi.structure_type("VkWriteDescriptorSet"),
+                        "dstSet": dset,
+                        "dstBinding": binding,
+                        "descriptorCount": 1,
+                        "descriptorType": storage,
+                        "pBufferInfo": binfo,
+                    }
+                )
+        if writes:
+            arr = keep.new("VkWriteDescriptorSet[]", writes)
+            lib.vkUpdateDescriptorSets(dev.handle, len(writes), arr, 0, ffi.NULL)
+        return sets
+
+    def _free_sets(self, sets: list[Any]) -> None:
+        if sets:
+            dev = self.device
+            arr = dev.ffi.new("VkDescriptorSet[]", sets)
+            dev.lib.vkFreeDescriptorSets(dev.handle, dev.descriptor_pool, len(sets), arr)
+
+    def _begin(self) -> None:
+        dev = self.device
+        keep = vkapi.Keep()
+        vkapi.check(dev.lib.vkResetCommandBuffer(self.command_buffer, 0), "vkResetCommandBuffer")
+        begin = keep.struct("VkCommandBufferBeginInfo", flags=vkapi.flag("VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT"))
+        vkapi.check(dev.lib.vkBeginCommandBuffer(self.command_buffer, begin), "vkBeginCommandBuffer")
+
+    def _barrier(self, src_stage: int, src: int, dst_stage: int, dst: int) -> None:
+        dev = self.device
+        barrier = dev.ffi.new(
+            "VkMemoryBarrier*",
+            {"sType": vkapi.structure_type("VkMemoryBarrier"), "srcAccessMask": src, "dstAccessMask": dst},
+        )
+        dev.lib.vkCmdPipelineBarrier(
+            self.command_buffer, src_stage, dst_stage, 0, 1, barrier, 0, dev.ffi.NULL, 0, dev.ffi.NULL
+        )
+
+    def _record(self, dispatches: Sequence[Dispatch], sets: list[Any], timed: bool) -> None:
+        dev = self.device
+        ffi, lib = dev.ffi, dev.lib
+        cb = self.command_buffer
+        self._begin()
+        if timed:
+            lib.vkCmdResetQueryPool(cb, self.query_pool, 0, 2)
+            lib.vkCmdWriteTimestamp(cb, _TOP, self.query_pool, 0)
+        bind_point = 1  # VK_PIPELINE_BIND_POINT_COMPUTE
+        set_arr = ffi.new("VkDescriptorSet[1]")
+        for i, (d, dset) in enumerate(zip(dispatches, sets, strict=True)):
+            if i:
+                self._barrier(_COMPUTE, _SHADER_WRITE, _COMPUTE, _SHADER_READ | _SHADER_WRITE)
+            lib.vkCmdBindPipeline(cb, bind_point, d.pipeline.handle)
+            set_arr[0] = dset
+            lib.vkCmdBindDescriptorSets(cb, bind_point, d.pipeline.layout, 0, 1, set_arr, 0, ffi.NULL)
+            if d.push:
+                push = ffi.new("char[]", d.push)
+                lib.vkCmdPushConstants(cb, d.pipeline.layout, 0x20, 0, len(d.push), push)
+            lib.vkCmdDispatch(cb, *d.groups)
+        self._barrier(_COMPUTE, _SHADER_WRITE, _HOST, _HOST_READ)
+        if timed:
+            lib.vkCmdWriteTimestamp(cb, _BOTTOM, self.query_pool, 1)
+        vkapi.check(lib.vkEndCommandBuffer(cb), "vkEndCommandBuffer")
+
+    def _submit_and_wait(self) -> None:
+        dev = self.device
+        ffi, lib = dev.ffi, dev.lib
+        keep = vkapi.Keep()
+        cbs = keep.new("VkCommandBuffer[1]", [self.command_buffer])
+        submit = keep.struct("VkSubmitInfo", commandBufferCount=1, pCommandBuffers=cbs)
+        vkapi.check(lib.vkQueueSubmit(dev.queue, 1, submit, self.fence), "vkQueueSubmit")
+        fences = keep.new("VkFence[1]", [self.fence])
+        interrupted: BaseException | None = None
+        while True:
+            try:
+                result = lib.vkWaitForFences(dev.handle, 1, fences, 1, _WAIT_SLICE_NS)
+                if result == _VK_TIMEOUT:
+                    continue
+                vkapi.check(result, "vkWaitForFences")
+                break
+            except KeyboardInterrupt as exc:  # finish the wait so no buffer is freed in flight
+                interrupted = exc
+        vkapi.check(lib.vkResetFences(dev.handle, 1, fences), "vkResetFences")
+        if interrupted is not None:
+            raise interrupted
+
+    def _elapsed(self) -> float:
+        dev = self.device
+        ffi, lib = dev.ffi, dev.lib
+        data = ffi.new("uint64_t[2]")
+        flags = 0x1 | 0x2  # VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT
+        vkapi.check(
+            lib.vkGetQueryPoolResults(dev.handle, self.query_pool, 0, 2, 16, data, 8, flags),
+            "vkGetQueryPoolResults",
+        )
+        mask = (1 << dev.timestamp_valid_bits) - 1 if dev.timestamp_valid_bits < 64 else (1 << 64) - 1
+        ticks = (int(data[1]) - int(data[0])) & mask
+        return ticks * dev.info.timestamp_period * 1e-9
+
+    # ------------------------------------------------------------------ transfers
+    def _staging(self, nbytes: int) -> Buffer:
+        from .memory import Buffer
+
+        if self.staging is None or self.staging.nbytes < nbytes:
+            if self.staging is not None:
+                self.staging.destroy()
+            self.staging = Buffer(self.device, max(nbytes, 1 << 20), host_visible=True)
+        return self.staging
+
+    def _copy(self, src: Buffer, src_offset: int, dst: Buffer, dst_offset: int, nbytes: int) -> None:
+        dev = self.device
+        self._begin()
+        region = dev.ffi.new("VkBufferCopy*", {"srcOffset": src_offset, "dstOffset": dst_offset, "size": nbytes})
+        self._barrier(_COMPUTE | _HOST, _SHADER_WRITE | _HOST_WRITE, _TRANSFER, _TRANSFER_READ | _TRANSFER_WRITE)
+        dev.lib.vkCmdCopyBuffer(self.command_buffer, src.handle, dst.handle, 1, region)
+        self._barrier(_TRANSFER, _TRANSFER_WRITE, _COMPUTE | _HOST, _SHADER_READ | _HOST_READ)
+        vkapi.check(dev.lib.vkEndCommandBuffer(self.command_buffer), "vkEndCommandBuffer")
+        self._submit_and_wait()
+
+    def upload(self, dst: Buffer, raw: np.ndarray, offset: int) -> None:
+        """Copy host bytes into a device-local buffer through the staging buffer."""
+        with self.device.lock:
+            step = min(raw.size, _STAGING_MAX)
+            staging = self._staging(step)
+            assert staging.mapped is not None
+            for start in range(0, raw.size, step):
+                part = raw[start : start + step]
+                staging.mapped[: part.size] = part
+                self._copy(staging, 0, dst, offset + start, part.size)
+
+    def download(self, src: Buffer, raw: np.ndarray, offset: int) -> None:
+        """Copy a device-local buffer's bytes to the host through the staging buffer."""
+        with self.device.lock:
+            step = min(raw.size, _STAGING_MAX)
+            staging = self._staging(step)
+            assert staging.mapped is not None
+            for start in range(0, raw.size, step):
+                n = min(step, raw.size - start)
+                self._copy(src, offset + start, staging, 0, n)
+                raw[start : start + n] = staging.mapped[:n]
+
+    # ------------------------------------------------------------------ lifetime
+    def forget_buffer(self, buffer: Buffer) -> None:
+        """Hook for caches that reference ``buffer`` (called before it is destroyed)."""
+
+    def destroy(self) -> None:
+        dev = self.device
+        ffi, lib = dev.ffi, dev.lib
+        if dev.handle is None:
+            return
+        if self.staging is not None:
+            self.staging.destroy()
+            self.staging = None
+        if self.query_pool is not None:
+            lib.vkDestroyQueryPool(dev.handle, self.query_pool, ffi.NULL)
+            self.query_pool = None
+        if self.fence is not None:
+            lib.vkDestroyFence(dev.handle, self.fence, ffi.NULL)
+            self.fence = None
+        if self.command_buffer is not None:
+            arr = ffi.new("VkCommandBuffer[1]", [self.command_buffer])
+            lib.vkFreeCommandBuffers(dev.handle, dev.command_pool, 1, arr)
+            self.command_buffer = None

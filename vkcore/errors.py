@@ -1,0 +1,68 @@
+"""Exceptions raised by vkcore.
+
+Bad arguments raise the builtin ``TypeError``/``ValueError`` with a message naming
+the argument and the expectation. Driver failures raise :class:`VulkanError`.
+"""
+
+from __future__ import annotations
+
+
+class VulkanError(RuntimeError):
+    """A Vulkan call failed (or no Vulkan loader/driver/device could be used).
+
+    ``call`` names the Vulkan function, ``result`` is the raw VkResult code (0 when
+    the failure did not come from a VkResult) and ``result_name`` its enum name.
+    """
+
+    def __init__(self, call: str, result: int = 0, detail: str = "") -> None:
+        self.call = call
+        self.result = result
+        self.result_name = result_name(result) if result else ""
+        text = call
+        if result:
+            text += f" failed with {self.result_name} ({result})"
+        if detail:
+            text += f": {detail}"
+        super().__init__(text)
+
+
+class ValidationError(VulkanError):
+    """The Khronos validation layer reported one or more errors."""
+
+    def __init__(self, messages: list[str]) -> None:
+        self.messages = list(messages)
+        first = messages[0] if messages else ""
+        more = f" (and {len(messages) - 1} more)" if len(messages) > 1 else ""
+        super().__init__("validation layer", 0, first + more)
+
+
+_RESULT_NAMES = {
+    1: "VK_NOT_READY",
+    2: "VK_TIMEOUT",
+    3: "VK_EVENT_SET",
+    4: "VK_EVENT_RESET",
+    5: "VK_INCOMPLETE",
+    -1: "VK_ERROR_OUT_OF_HOST_MEMORY",
+    -2: "VK_ERROR_OUT_OF_DEVICE_MEMORY",
+    -3: "VK_ERROR_INITIALIZATION_FAILED",
+    -4: "VK_ERROR_DEVICE_LOST",
+    -5: "VK_ERROR_MEMORY_MAP_FAILED",
+    -6: "VK_ERROR_LAYER_NOT_PRESENT",
+    -7: "VK_ERROR_EXTENSION_NOT_PRESENT",
+    -8: "VK_ERROR_FEATURE_NOT_PRESENT",
+    -9: "VK_ERROR_INCOMPATIBLE_DRIVER",
+    -10: "VK_ERROR_TOO_MANY_OBJECTS",
+    -11: "VK_ERROR_FORMAT_NOT_SUPPORTED",
+    -12: "VK_ERROR_FRAGMENTED_POOL",
+    -13: "VK_ERROR_UNKNOWN",
+    -1000069000: "VK_ERROR_OUT_OF_POOL_MEMORY",
+    -1000072003: "VK_ERROR_INVALID_EXTERNAL_HANDLE",
+    -1000161000: "VK_ERROR_FRAGMENTATION",
+    -1000257000: "VK_ERROR_INVALID_OPAQUE_CAPTURE_ADDRESS",
+    1000297000: "VK_PIPELINE_COMPILE_REQUIRED",
+}
+
+
+def result_name(result: int) -> str:
+    """The enum name of a VkResult code (``VK_RESULT_<n>`` when unknown)."""
+    return _RESULT_NAMES.get(result, f"VK_RESULT_{result}")

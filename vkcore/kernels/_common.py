@@ -1,0 +1,79 @@
+"""Argument checks and small helpers shared by the kernel modules."""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+import weakref
+from typing import Any
+
+import numpy as np
+
+from ..device import Device
+from ..memory import Buffer, Tensor
+
+_FLOAT_KINDS = ("f",)
+_dummies: weakref.WeakKeyDictionary[Device, Buffer] = weakref.WeakKeyDictionary()
+
+
+def pack_u32(*values: int) -> bytes:
+    """Push constants: little-endian uint32 words."""
+    return struct.pack(f"<{len(values)}I", *values)
+
+
+def float_input(x: Any, name: str) -> np.ndarray | Tensor:
+    """Accept a Tensor of float32 or an array-like of float16/32/64 (returned as given)."""
+    if isinstance(x, Tensor):
+        if x.dtype != np.float32:
+            raise TypeError(f"{name} must be a float32 Tensor, got a {x.dtype} Tensor")
+        return x
+    if x is None or isinstance(x, (str, bytes, dict, set)):
+        raise TypeError(f"{name} must be a numpy array or a vkcore.Tensor, got {type(x).__name__}")
+    try:
+        arr = np.asarray(x)
+    except (ValueError, TypeError) as exc:
+        raise TypeError(f"{name} must be array-like of floats: {exc}") from None
+    if arr.dtype.kind not in _FLOAT_KINDS or arr.dtype.itemsize > 8:
+        raise TypeError(f"{name} must have a float16, float32 or float64 dtype, got {arr.dtype}")
+    return arr
+
+
+def as_float32(arr: np.ndarray) -> np.ndarray:
+    """C-contiguous float32 (a copy only when needed; the input is never written)."""
+    return np.ascontiguousarray(arr, dtype=np.float32)
+
+
+def dummy_buffer(device: Device) -> Buffer:
+    """A small buffer for bindings a shader variant declares but does not use."""
+    buf = _dummies.get(device)
+    if buf is None or not buf.alive:
+        buf = Buffer(device, 256)
+        _dummies[device] = buf
+    return buf
+
+
+def parallelism(device: Device) -> int:
+    """How many workgroups keep the device busy: lavapipe's thread count, or a GPU-sized grid."""
+    if device.info.is_cpu:
+        threads = os.environ.get("LP_NUM_THREADS")
+        return max(1, int(threads) if threads and threads.isdigit() else (os.cpu_count() or 1))
+    return 1024
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def check_binding_size(device: Device, nbytes: int, name: str) -> None:
+    """Refuse arrays larger than one storage-buffer binding allows on this device."""
+    limit = device.info.max_storage_buffer_range
+    if nbytes > limit:
+        raise ValueError(
+            f"{name} needs {nbytes} bytes in one storage buffer, more than this device's "
+            f"maxStorageBufferRange ({limit} bytes); split it into smaller arrays"
+        )
+
+
+def prod(shape: tuple[int, ...]) -> int:
+    return math.prod(shape)

@@ -1,0 +1,257 @@
+"""Device buffers and the Tensor (a device buffer with a shape and a dtype).
+
+Memory choice: a DEVICE_LOCAL | HOST_VISIBLE | HOST_COHERENT type (lavapipe, integrated
+GPUs, ReBAR) is mapped once and read/written with numpy copies, no staging. Otherwise the
+buffer is DEVICE_LOCAL and transfers go through one reused staging buffer owned by the
+device's submitter. ``VKCORE_FORCE_STAGING=1`` forces the second path for testing.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import config, vkapi
+from .device import Device, resolve
+from .errors import VulkanError
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+# dtypes a Tensor can hold. Kernels check their own narrower sets.
+TENSOR_DTYPES = tuple(
+    np.dtype(t) for t in ("float32", "float16", "int8", "uint8", "int16", "uint16", "int32", "uint32")
+)
+
+_DEVICE_LOCAL = 0x1
+_HOST_VISIBLE = 0x2
+_HOST_COHERENT = 0x4
+
+
+class Buffer:
+    """One VkBuffer bound to its own VkDeviceMemory (storage + transfer usage)."""
+
+    def __init__(self, device: Device, nbytes: int, *, host_visible: bool | None = None) -> None:
+        if nbytes <= 0:
+            raise ValueError(f"buffer size must be positive, got {nbytes}")
+        limit = device.info.max_memory_allocation_size or (1 << 62)
+        if nbytes > limit:
+            raise ValueError(
+                f"buffer of {nbytes} bytes exceeds this device's maxMemoryAllocationSize ({limit} bytes)"
+            )
+        self.device = device
+        self.nbytes = nbytes
+        self.handle: Any = None
+        self.memory: Any = None
+        self.mapped: np.ndarray | None = None
+        self._lock = threading.Lock()
+        ffi, lib = device.ffi, device.lib
+        keep = vkapi.Keep()
+        usage = (
+            vkapi.flag("VK_BUFFER_USAGE_STORAGE_BUFFER_BIT")
+            | vkapi.flag("VK_BUFFER_USAGE_TRANSFER_SRC_BIT")
+            | vkapi.flag("VK_BUFFER_USAGE_TRANSFER_DST_BIT")
+        )
+        info = keep.struct("VkBufferCreateInfo", size=nbytes, usage=usage, sharingMode=0)
+        out = ffi.new("VkBuffer*")
+        with device.lock:
+            device.check()
+            vkapi.check(lib.vkCreateBuffer(device.handle, info, ffi.NULL, out), "vkCreateBuffer")
+            self.handle = out[0]
+            try:
+                self._allocate(host_visible)
+            except BaseException:
+                lib.vkDestroyBuffer(device.handle, self.handle, ffi.NULL)
+                self.handle = None
+                raise
+            device.register_buffer(self)
+
+    def _allocate(self, host_visible: bool | None) -> None:
+        dev = self.device
+        ffi, lib = dev.ffi, dev.lib
+        req = ffi.new("VkMemoryRequirements*")
+        lib.vkGetBufferMemoryRequirements(dev.handle, self.handle, req)
+        index, mappable = choose_memory_type(dev, req.memoryTypeBits, host_visible)
+        keep = vkapi.Keep()
+        info = keep.struct("VkMemoryAllocateInfo", allocationSize=req.size, memoryTypeIndex=index)
+        out = ffi.new("VkDeviceMemory*")
+        vkapi.check(lib.vkAllocateMemory(dev.handle, info, ffi.NULL, out), "vkAllocateMemory")
+        self.memory = out[0]
+        vkapi.check(lib.vkBindBufferMemory(dev.handle, self.handle, self.memory, 0), "vkBindBufferMemory")
+        if mappable:
+            ptr = ffi.new("void**")
+            vkapi.check(lib.vkMapMemory(dev.handle, self.memory, 0, self.nbytes, 0, ptr), "vkMapMemory")
+            self.mapped = np.frombuffer(ffi.buffer(ptr[0], self.nbytes), dtype=np.uint8)
+
+    @property
+    def alive(self) -> bool:
+        return self.handle is not None
+
+    def write(self, data: np.ndarray, offset: int = 0) -> None:
+        """Copy a C-contiguous array into the buffer at ``offset`` bytes."""
+        raw = data.reshape(-1).view(np.uint8)
+        self._require_alive()
+        if self.mapped is not None:
+            self.mapped[offset : offset + raw.size] = raw
+        else:
+            self.device.submitter.upload(self, raw, offset)
+
+    def read(self, out: np.ndarray, offset: int = 0) -> None:
+        """Copy ``out.nbytes`` bytes from ``offset`` into the C-contiguous array ``out``."""
+        raw = out.reshape(-1).view(np.uint8)
+        self._require_alive()
+        if self.mapped is not None:
+            raw[...] = self.mapped[offset : offset + raw.size]
+        else:
+            self.device.submitter.download(self, raw, offset)
+
+    def _require_alive(self) -> None:
+        if self.handle is None:
+            raise RuntimeError("this vkcore buffer was released (its device is closed)")
+
+    def destroy(self) -> None:
+        """Release the buffer and its memory; idempotent."""
+        with self._lock:
+            if self.handle is None:
+                return
+            dev = self.device
+            ffi, lib = dev.ffi, dev.lib
+            with dev.lock:
+                dev.forget_buffer(self)
+                if dev.handle is not None:
+                    self.mapped = None
+                    if self.memory is not None:
+                        lib.vkFreeMemory(dev.handle, self.memory, ffi.NULL)
+                    lib.vkDestroyBuffer(dev.handle, self.handle, ffi.NULL)
+            self.handle = None
+            self.memory = None
+
+    def __del__(self) -> None:
+        try:
+            self.destroy()
+        except Exception:  # noqa: BLE001 - never raise from a finalizer
+            pass
+
+
+def choose_memory_type(dev: Device, type_bits: int, host_visible: bool | None) -> tuple[int, bool]:
+    """Index of the memory type for a buffer and whether it is mapped.
+
+    ``host_visible`` None means: device memory, mapped if the device offers mappable
+    device-local memory; True asks for host-visible coherent memory (staging); False for
+    device-local only.
+    """
+    allowed = [(i, f, size) for i, f, size in dev.memory_types if type_bits & (1 << i)]
+    direct = _HOST_VISIBLE | _HOST_COHERENT
+
+    def first(mask: int) -> int | None:
+        return next((i for i, f, _ in allowed if f & mask == mask), None)
+
+    if host_visible:
+        idx = first(direct)
+        if idx is None:
+            raise VulkanError("vkAllocateMemory", 0, "no host-visible coherent memory type")
+        return idx, True
+    if host_visible is None and not config.env_flag("VKCORE_FORCE_STAGING"):
+        idx = first(_DEVICE_LOCAL | direct)
+        if idx is not None:
+            return idx, True
+    idx = first(_DEVICE_LOCAL)
+    if idx is None:  # no device-local type at all: host memory is all there is
+        idx = first(direct)
+        if idx is None:
+            raise VulkanError("vkAllocateMemory", 0, "no usable memory type")
+        return idx, True
+    return idx, False
+
+
+class Tensor:
+    """A device-resident array: ``shape``, ``dtype``, ``device``; ``numpy()`` copies it back.
+
+    Create one with :func:`vkcore.asarray`. A Tensor with no elements owns no buffer.
+    ``reshape`` returns a Tensor sharing the same buffer.
+    """
+
+    def __init__(self, buffer: Buffer | None, shape: tuple[int, ...], dtype: np.dtype, device: Device) -> None:
+        self.buffer = buffer
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self.device = device
+
+    @classmethod
+    def empty(cls, shape: tuple[int, ...], dtype: Any, device: Device | None = None) -> Tensor:
+        """An uninitialized tensor on ``device``."""
+        dev = resolve(device)
+        dt = _check_dtype(np.dtype(dtype), "dtype")
+        nbytes = math.prod(shape) * dt.itemsize
+        return cls(Buffer(dev, nbytes) if nbytes else None, shape, dt, dev)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def numpy(self) -> np.ndarray:
+        """A new numpy array holding a copy of the data."""
+        out = np.empty(self.shape, dtype=self.dtype)
+        if self.size:
+            assert self.buffer is not None
+            self.buffer.read(out)
+        return out
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        arr = self.numpy()
+        return arr if dtype is None else arr.astype(dtype, copy=False)
+
+    def reshape(self, *shape: int | tuple[int, ...]) -> Tensor:
+        """The same data with another shape (one dimension may be -1)."""
+        dims = shape[0] if len(shape) == 1 and isinstance(shape[0], tuple) else shape
+        new = tuple(np.empty(self.shape, dtype=np.uint8).reshape(dims).shape)  # numpy's rules
+        return Tensor(self.buffer, new, self.dtype, self.device)
+
+    def __repr__(self) -> str:
+        return f"vkcore.Tensor(shape={self.shape}, dtype={self.dtype}, device={self.device.info.name!r})"
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+
+def _check_dtype(dt: np.dtype, name: str) -> np.dtype:
+    if dt not in TENSOR_DTYPES:
+        names = ", ".join(str(d) for d in TENSOR_DTYPES)
+        raise TypeError(f"{name} must be one of {names}; got {dt}")
+    return dt
+
+
+def asarray(data: ArrayLike | Tensor, device: Device | None = None, dtype: Any = None) -> Tensor:
+    """Upload an array to ``device`` (default device if None) as a :class:`Tensor`.
+
+    A Tensor already on that device (and of that dtype) is returned as is. The input is
+    never modified; non-contiguous and negative-stride views are copied first.
+    """
+    if isinstance(data, Tensor):
+        if (device is None or data.device is device) and (dtype is None or np.dtype(dtype) == data.dtype):
+            return data
+        data = data.numpy()
+    dev = resolve(device)
+    if isinstance(data, (str, bytes)) or data is None:
+        raise TypeError(f"data must be array-like of numbers, got {type(data).__name__}")
+    arr = np.asarray(data, dtype=dtype)
+    _check_dtype(arr.dtype, "data dtype")
+    arr = np.ascontiguousarray(arr)
+    tensor = Tensor.empty(arr.shape, arr.dtype, dev)
+    if arr.size:
+        assert tensor.buffer is not None
+        tensor.buffer.write(arr)
+    return tensor

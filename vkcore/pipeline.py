@@ -1,0 +1,188 @@
+"""Compute pipelines: shader module, descriptor-set layout, pipeline layout, pipeline.
+
+Every shader binds ``buffers`` storage buffers at bindings 0..buffers-1 of set 0 and
+takes ``push_size`` bytes of push constants. Specialization constant 0 is the
+workgroup size (``local_size_x_id = 0``); others are shader-specific. Creation always
+goes through the device's VkPipelineCache, with creation feedback when available.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from typing import TYPE_CHECKING, Any
+
+from . import spirv, vkapi
+
+if TYPE_CHECKING:
+    from .device import Device
+
+_FEEDBACK_VALID = 0x1
+_FEEDBACK_CACHE_HIT = 0x2
+
+
+class Pipeline:
+    """One compute pipeline variant and the layouts it needs; owned by its Device."""
+
+    def __init__(
+        self,
+        device: Device,
+        shader: str,
+        defines: dict[str, int | str],
+        spec: dict[int, int | float],
+        buffers: int,
+        push_size: int,
+    ) -> None:
+        self.device = device
+        self.name = shader + "".join(f" {k}={v}" for k, v in sorted(defines.items()))
+        self.buffers = buffers
+        self.push_size = push_size
+        self.spec = dict(spec)
+        self.module = self.set_layout = self.layout = self.handle = None
+        self.spirv = spirv.get(shader, defines)
+        try:
+            self._create_module()
+            self._create_layouts()
+            self._create_pipeline()
+        except BaseException:
+            self.destroy()
+            raise
+
+    def _create_module(self) -> None:
+        dev = self.device
+        ffi, lib = dev.ffi, dev.lib
+        keep = vkapi.Keep()
+        start = time.perf_counter()
+        words = keep.new("char[]", self.spirv.code)
+        info = keep.struct(
+            "VkShaderModuleCreateInfo", codeSize=len(self.spirv.code), pCode=ffi.cast("uint32_t*", words)
+        )
+        out = ffi.new("VkShaderModule*")
+        vkapi.check(lib.vkCreateShaderModule(dev.handle, info, ffi.NULL, out), "vkCreateShaderModule")
+        self.module = out[0]
+        self.module_seconds = time.perf_counter() - start
+
+    def _create_layouts(self) -> None:
+        dev = self.device
+        ffi, lib = dev.ffi, dev.lib
+        keep = vkapi.Keep()
+        compute = vkapi.flag("VK_SHADER_STAGE_COMPUTE_BIT")
+        storage = vkapi.flag("VK_DESCRIPTOR_TYPE_STORAGE_BUFFER")
+        bindings = keep.array(
+            "VkDescriptorSetLayoutBinding",
+            [
+                {"binding": i, "descriptorType": storage, "descriptorCount": 1, "stageFlags": compute}
+                for i in range(self.buffers)
+            ],
+        )
+        set_info = keep.struct("VkDescriptorSetLayoutCreateInfo", bindingCount=self.buffers, pBindings=bindings)
+        out = ffi.new("VkDescriptorSetLayout*")
+        vkapi.check(
+            lib.vkCreateDescriptorSetLayout(dev.handle, set_info, ffi.NULL, out), "vkCreateDescriptorSetLayout"
+        )
+        self.set_layout = out[0]
+        ranges = ffi.NULL
+        if self.push_size:
+            ranges = keep.new("VkPushConstantRange*", {"stageFlags": compute, "offset": 0, "size": self.push_size})
+        layouts = keep.new("VkDescriptorSetLayout[]", [self.set_layout])
+        info = keep.struct(
+            "VkPipelineLayoutCreateInfo",
+            setLayoutCount=1,
+            pSetLayouts=layouts,
+            pushConstantRangeCount=1 if self.push_size else 0,
+            pPushConstantRanges=ranges,
+        )
+        out2 = ffi.new("VkPipelineLayout*")
+        vkapi.check(lib.vkCreatePipelineLayout(dev.handle, info, ffi.NULL, out2), "vkCreatePipelineLayout")
+        self.layout = out2[0]
+
+    def _specialization(self, keep: vkapi.Keep) -> Any:
+        if not self.spec:
+            return keep.ffi.NULL
+        ids = sorted(self.spec)
+        data = b"".join(
+            struct.pack("<f", self.spec[i]) if isinstance(self.spec[i], float) else struct.pack("<I", self.spec[i])
+            for i in ids
+        )
+        entries = keep.array(
+            "VkSpecializationMapEntry", [{"constantID": c, "offset": 4 * n, "size": 4} for n, c in enumerate(ids)]
+        )
+        blob = keep.new("char[]", data)
+        return keep.new(
+            "VkSpecializationInfo*",
+            {"mapEntryCount": len(ids), "pMapEntries": entries, "dataSize": len(data), "pData": blob},
+        )
+
+    def _create_pipeline(self) -> None:
+        dev = self.device
+        ffi, lib = dev.ffi, dev.lib
+        keep = vkapi.Keep()
+        stage = keep.struct(
+            "VkPipelineShaderStageCreateInfo",
+            stage=vkapi.flag("VK_SHADER_STAGE_COMPUTE_BIT"),
+            module=self.module,
+            pName=keep.string("main"),
+            pSpecializationInfo=self._specialization(keep),
+        )
+        feedback = stage_feedback = feedback_info = None
+        if dev.info.pipeline_creation_feedback:
+            feedback = keep.new("VkPipelineCreationFeedback*")
+            stage_feedback = keep.new("VkPipelineCreationFeedback[]", 1)
+            feedback_info = keep.struct(
+                "VkPipelineCreationFeedbackCreateInfo",
+                pPipelineCreationFeedback=feedback,
+                pipelineStageCreationFeedbackCount=1,
+                pPipelineStageCreationFeedbacks=stage_feedback,
+            )
+        info = keep.struct(
+            "VkComputePipelineCreateInfo",
+            pNext=feedback_info if feedback_info is not None else ffi.NULL,
+            stage=stage[0],
+            layout=self.layout,
+            basePipelineIndex=-1,
+        )
+        out = ffi.new("VkPipeline*")
+        start = time.perf_counter()
+        with dev.pipeline_cache.creating() as cache_handle:
+            vkapi.check(
+                lib.vkCreateComputePipelines(dev.handle, cache_handle, 1, info, ffi.NULL, out),
+                "vkCreateComputePipelines",
+            )
+        self.create_seconds = time.perf_counter() - start
+        self.handle = out[0]
+        self.cache_hit: bool | None = None
+        self.driver_seconds: float | None = None
+        if feedback is not None and feedback.flags & _FEEDBACK_VALID:
+            self.cache_hit = bool(feedback.flags & _FEEDBACK_CACHE_HIT)
+            self.driver_seconds = feedback.duration / 1e9
+        dev.pipeline_cache.record_creation(self.cache_hit)
+
+    def stats(self) -> dict[str, Any]:
+        """Creation figures: SPIR-V origin and time, module and pipeline creation, cache hit."""
+        return {
+            "name": self.name,
+            "spirv_origin": self.spirv.origin,
+            "spirv_seconds": self.spirv.seconds,
+            "module_seconds": self.module_seconds,
+            "create_seconds": self.create_seconds,
+            "driver_seconds": self.driver_seconds,
+            "cache_hit": self.cache_hit,
+        }
+
+    def destroy(self) -> None:
+        dev = self.device
+        ffi, lib = dev.ffi, dev.lib
+        if dev.handle is None:
+            return
+        if self.handle is not None:
+            lib.vkDestroyPipeline(dev.handle, self.handle, ffi.NULL)
+            self.handle = None
+        if self.layout is not None:
+            lib.vkDestroyPipelineLayout(dev.handle, self.layout, ffi.NULL)
+            self.layout = None
+        if self.set_layout is not None:
+            lib.vkDestroyDescriptorSetLayout(dev.handle, self.set_layout, ffi.NULL)
+            self.set_layout = None
+        if self.module is not None:
+            lib.vkDestroyShaderModule(dev.handle, self.module, ffi.NULL)
+            self.module = None
