@@ -74,6 +74,7 @@ class Submitter:
             vkapi.check(lib.vkCreateQueryPool(device.handle, qinfo, ffi.NULL, pool), "vkCreateQueryPool")
             self.query_pool = pool[0]
         self.last_device_seconds: float | None = None
+        self.live_descriptor_sets = 0  # allocated and not yet freed (Device.live_objects)
 
     # ------------------------------------------------------------------ dispatch
     def run(self, dispatches: Sequence[Dispatch], *, timed: bool = True) -> float | None:
@@ -97,6 +98,12 @@ class Submitter:
         ffi, lib = dev.ffi, dev.lib
         if not dispatches:
             return []
+        for d in dispatches:  # refuse a bad dispatch before allocating, so no set leaks
+            if len(d.buffers) != d.pipeline.buffers:
+                want, got = d.pipeline.buffers, len(d.buffers)
+                raise ValueError(f"{d.pipeline.name} takes {want} buffers, got {got}")
+            for buf in d.buffers:
+                buf._require_alive()
         keep = vkapi.Keep()
         layouts = keep.new("VkDescriptorSetLayout[]", [d.pipeline.set_layout for d in dispatches])
         info = keep.struct(
@@ -108,13 +115,11 @@ class Submitter:
         out = ffi.new("VkDescriptorSet[]", len(dispatches))
         vkapi.check(lib.vkAllocateDescriptorSets(dev.handle, info, out), "vkAllocateDescriptorSets")
         sets = [out[i] for i in range(len(dispatches))]
+        self.live_descriptor_sets += len(sets)
         writes = []
         storage = vkapi.flag("VK_DESCRIPTOR_TYPE_STORAGE_BUFFER")
         for dset, d in zip(sets, dispatches, strict=True):
-            if len(d.buffers) != d.pipeline.buffers:
-                raise ValueError(f"{d.pipeline.name} takes {d.pipeline.buffers} buffers, got {len(d.buffers)}")
             for binding, buf in enumerate(d.buffers):
-                buf._require_alive()
                 binfo = keep.new("VkDescriptorBufferInfo*", {"buffer": buf.handle, "offset": 0, "range": buf.nbytes})
                 writes.append(
                     {
@@ -136,6 +141,7 @@ class Submitter:
             dev = self.device
             arr = dev.ffi.new("VkDescriptorSet[]", sets)
             dev.lib.vkFreeDescriptorSets(dev.handle, dev.descriptor_pool, len(sets), arr)
+            self.live_descriptor_sets -= len(sets)
 
     def _begin(self) -> None:
         dev = self.device

@@ -233,6 +233,28 @@ class Device:
             self.check()
             return self.pipeline_cache.save()
 
+    def live_objects(self) -> dict[str, int]:
+        """Counts of the Vulkan objects this device holds right now, by kind.
+
+        A leak shows as a count that grows across repeated calls. ``buffers`` includes the
+        staging buffer and the small placeholder buffer kernels bind to unused slots;
+        every pipeline also owns one shader module and two layouts.
+        """
+        with self.lock:
+            alive = (ref() for ref in self._buffers.values())
+            buffers = [b for b in alive if b is not None and b.alive]
+            pipelines = [p for p in self._pipelines.values() if p.handle is not None]
+            sub = getattr(self, "submitter", None)
+            cache = getattr(self, "pipeline_cache", None)
+            return {
+                "buffers": len(buffers),
+                "device_memory": sum(1 for b in buffers if b.memory is not None),
+                "buffer_bytes": sum(b.nbytes for b in buffers),
+                "pipelines": len(pipelines),
+                "descriptor_sets": getattr(sub, "live_descriptor_sets", 0),
+                "pipeline_caches": int(cache is not None and cache.handle is not None),
+            }
+
     def register_buffer(self, buffer: Buffer) -> None:
         self._buffers[id(buffer)] = weakref.ref(buffer)
 

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import vkapi
-from .errors import ValidationError, VulkanError
+from .errors import _RESULT_NAMES, ValidationError, VulkanError
 
 log = logging.getLogger("vkcore")
 
@@ -223,6 +223,10 @@ class Instance:
         try:
             text = self.ffi.string(data.pMessage).decode(errors="replace") if data.pMessage else ""
             error = severity >= vkapi.flag("VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT")
+            if error and _is_result_echo(types, text):
+                # The driver restating a failed VkResult that the caller already raised
+                # as a VulkanError: recorded, but not raised again at the next call.
+                error = False
             with self._lock:
                 self.messages.append(text)
                 if error:
@@ -257,6 +261,17 @@ class Instance:
             self.messenger = None
         self.lib.vkDestroyInstance(self.handle, self.ffi.NULL)
         self.handle = None
+
+
+def _is_result_echo(types: int, text: str) -> bool:
+    """True for a driver's general (non-validation) message naming a VK_ERROR_ result.
+
+    Mesa reports every error it returns (e.g. VK_ERROR_OUT_OF_DEVICE_MEMORY from
+    vkAllocateMemory) through the messenger; the returned code already raises.
+    """
+    if types & vkapi.flag("VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT"):
+        return False
+    return any(name in text for code, name in _RESULT_NAMES.items() if code < 0)
 
 
 def device_extensions(ffi: Any, lib: Any, physical: Any) -> frozenset[str]:

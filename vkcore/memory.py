@@ -31,17 +31,23 @@ _HOST_VISIBLE = 0x2
 _HOST_COHERENT = 0x4
 
 
+def _check_allocation(device: Device, nbytes: int, name: str) -> None:
+    """ValueError when one allocation of ``nbytes`` exceeds the device's limit."""
+    limit = device.info.max_memory_allocation_size or (1 << 62)
+    if nbytes > limit:
+        raise ValueError(
+            f"{name} needs {nbytes} bytes in one buffer, more than this device's "
+            f"maxMemoryAllocationSize ({limit} bytes)"
+        )
+
+
 class Buffer:
     """One VkBuffer bound to its own VkDeviceMemory (storage + transfer usage)."""
 
     def __init__(self, device: Device, nbytes: int, *, host_visible: bool | None = None) -> None:
         if nbytes <= 0:
             raise ValueError(f"buffer size must be positive, got {nbytes}")
-        limit = device.info.max_memory_allocation_size or (1 << 62)
-        if nbytes > limit:
-            raise ValueError(
-                f"buffer of {nbytes} bytes exceeds this device's maxMemoryAllocationSize ({limit} bytes)"
-            )
+        _check_allocation(device, nbytes, "buffer")
         self.device = device
         self.nbytes = nbytes
         self.handle: Any = None
@@ -114,18 +120,18 @@ class Buffer:
 
     def destroy(self) -> None:
         """Release the buffer and its memory; idempotent."""
-        with self._lock:
+        dev = self.device
+        # The device lock first: Device.close holds it while it destroys its buffers.
+        with dev.lock, self._lock:
             if self.handle is None:
                 return
-            dev = self.device
             ffi, lib = dev.ffi, dev.lib
-            with dev.lock:
-                dev.forget_buffer(self)
-                if dev.handle is not None:
-                    self.mapped = None
-                    if self.memory is not None:
-                        lib.vkFreeMemory(dev.handle, self.memory, ffi.NULL)
-                    lib.vkDestroyBuffer(dev.handle, self.handle, ffi.NULL)
+            dev.forget_buffer(self)
+            if dev.handle is not None:
+                self.mapped = None
+                if self.memory is not None:
+                    lib.vkFreeMemory(dev.handle, self.memory, ffi.NULL)
+                lib.vkDestroyBuffer(dev.handle, self.handle, ffi.NULL)
             self.handle = None
             self.memory = None
 
@@ -186,6 +192,7 @@ class Tensor:
         dev = resolve(device)
         dt = _check_dtype(np.dtype(dtype), "dtype")
         nbytes = math.prod(shape) * dt.itemsize
+        _check_allocation(dev, nbytes, "shape")
         return cls(Buffer(dev, nbytes) if nbytes else None, shape, dt, dev)
 
     @property
@@ -249,6 +256,7 @@ def asarray(data: ArrayLike | Tensor, device: Device | None = None, dtype: Any =
         raise TypeError(f"data must be array-like of numbers, got {type(data).__name__}")
     arr = np.asarray(data, dtype=dtype)
     _check_dtype(arr.dtype, "data dtype")
+    _check_allocation(dev, arr.size * arr.dtype.itemsize, "data")  # before any host copy
     arr = np.ascontiguousarray(arr)
     tensor = Tensor.empty(arr.shape, arr.dtype, dev)
     if arr.size:
