@@ -9,19 +9,27 @@ Lookup order for a shader variant (file name + defines):
    compiler's version (``VKCORE_SPIRV_CACHE=0`` disables it).
 3. *compiled*: ``glslangValidator`` then ``spirv-val``; the result is written to the cache
    atomically (temp file + ``os.replace``).
+
+Every variant a kernel can request is declared once, next to the kernel, with
+:func:`register_variants`; :func:`variants` lists them all, and the wheel build (``setup.py``)
+precompiles exactly that list, so an installed package needs no compiler.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
+import itertools
 import logging
 import os
+import pkgutil
 import re
 import shutil
 import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -35,6 +43,12 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 _memo: dict[str, Spirv] = {}
 _memo_lock = threading.Lock()
+Defines = dict[str, int | str]
+# (shader file, sorted define items) -> defines: what kernels declared they may request.
+VariantId = tuple[str, tuple[tuple[str, int | str], ...]]
+_registered: dict[VariantId, Defines] = {}
+# The same for what get() was asked for with the package's own shaders (completeness tests).
+_requested: dict[VariantId, Defines] = {}
 
 
 @dataclass(frozen=True)
@@ -112,6 +126,8 @@ def get(name: str, defines: dict[str, int | str] | None = None) -> Spirv:
     """SPIR-V for ``shaders/<name>`` with ``defines``: shipped, cached or compiled."""
     defines = dict(defines or {})
     start = time.perf_counter()
+    if not os.environ.get("VKCORE_SHADER_DIR"):
+        _requested.setdefault(_variant_id(name, defines), defines)
     skey = source_key(name, defines)
     with _memo_lock:
         hit = _memo.get(skey)
@@ -202,3 +218,51 @@ def clear_memory_cache() -> None:
     """Forget SPIR-V held in this process (tests and cold measurements)."""
     with _memo_lock:
         _memo.clear()
+
+
+def _variant_id(name: str, defines: Mapping[str, int | str]) -> VariantId:
+    return name, tuple(sorted(defines.items()))
+
+
+def define_grid(**choices: Sequence[int | str]) -> list[Defines]:
+    """Every combination of the given define values: ``define_grid(A=[0, 1], B=[2])``
+    gives ``[{"A": 0, "B": 2}, {"A": 1, "B": 2}]``."""
+    names = sorted(choices)
+    combos = itertools.product(*(choices[n] for n in names))
+    return [dict(zip(names, combo, strict=True)) for combo in combos]
+
+
+def register_variants(name: str, defines: Iterable[Mapping[str, int | str]]) -> None:
+    """Declare that a kernel may request ``shaders/<name>`` with each of ``defines``.
+
+    Kernel modules call this at import time. The wheel build precompiles every declared
+    variant, so a variant that is requested but not declared needs a compiler at run time.
+    """
+    if not isinstance(name, str) or not name.endswith(".comp"):
+        raise ValueError(f"name must be a shader file name ending in .comp, got {name!r}")
+    for d in defines:
+        if not isinstance(d, Mapping):
+            raise TypeError(
+                f"defines must be an iterable of mappings, got an item of type {type(d).__name__}"
+            )
+        clean = dict(d)
+        _registered.setdefault(_variant_id(name, clean), clean)
+
+
+def variants() -> list[tuple[str, Defines]]:
+    """Every declared shader variant of every kernel module, sorted (imports them all)."""
+    from . import kernels  # noqa: PLC0415 - kernels import this module
+
+    for module in sorted(m.name for m in pkgutil.iter_modules(kernels.__path__)):
+        importlib.import_module(f"{kernels.__name__}.{module}")
+    return _listing(_registered)
+
+
+def requested() -> list[tuple[str, Defines]]:
+    """Variants :func:`get` was asked for in this process with the package's own shaders."""
+    return _listing(_requested)
+
+
+def _listing(table: dict[VariantId, Defines]) -> list[tuple[str, Defines]]:
+    ordered = sorted(table.items(), key=lambda item: repr(item[0]))
+    return [(vid[0], dict(defines)) for vid, defines in ordered]

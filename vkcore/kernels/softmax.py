@@ -17,12 +17,16 @@ from typing import Any
 
 import numpy as np
 
+from .. import spirv
 from ..commands import Dispatch
 from ..device import Device, resolve
 from ..memory import Buffer, Tensor
 from . import _common as c
 
 ALGORITHMS = ("online", "safe")
+# Every shader variant _dispatches can request (precompiled into the wheel).
+spirv.register_variants("softmax_online.comp", spirv.define_grid(STAGE=[0, 1, 2], VEC4=[0, 1]))
+spirv.register_variants("softmax_safe.comp", spirv.define_grid(STAGE=[0, 1, 2, 3], VEC4=[0, 1]))
 WORKGROUP = 64
 # A workgroup's share of a row is at least this many elements when a row is split.
 MIN_CHUNK_ELEMENTS = 8192
