@@ -43,5 +43,10 @@ lint: setup
 	$(PY) -m ruff format --check vkcore tests examples
 	$(PY) -m mypy vkcore
 
+# Cold vs warm pipeline creation, one fresh process per sample (under 2 minutes on lavapipe);
+# draws cache/coldwarm.png when matplotlib is installed.
+coldwarm: setup
+	$(PY) -m vkcore coldwarm $$($(PY) -c 'import matplotlib' 2>/dev/null && echo --plot cache/coldwarm.png)
+
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

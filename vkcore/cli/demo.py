@@ -27,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
     with Device(args.device) as dev:
         print(f"device: {dev.info.name} ({dev.info.driver_name} {dev.info.driver_info})")
         ok &= _softmax_demo(dev, args.rows, args.cols)
+    ok &= _coldwarm_demo(args.device)
     print("demo:", "all checks passed" if ok else "SOME CHECKS FAILED")
     return 0 if ok else 1
 
@@ -67,3 +68,17 @@ def _softmax_demo(dev: Device, rows: int, cols: int) -> bool:
             f"{kernel_txt}{wall_ms:.2f} ms end to end (numpy {numpy_ms:.2f} ms)  {'ok' if good else 'FAIL'}"
         )
     return ok
+
+
+def _coldwarm_demo(selector: str | None) -> bool:
+    """A short ``vkcore coldwarm``: one kernel, one fresh process per cache condition."""
+    from .. import coldwarm
+
+    print("\ncold vs warm pipeline creation (softmax-online, one fresh process per condition;")
+    print("`vkcore coldwarm` runs every kernel with repetitions):")
+    report = coldwarm.measure(["softmax-online"], repeats=1, selector=selector)
+    print(coldwarm.format_table(report))
+    for finding in report["findings"]:
+        print(f"  - {finding}")
+    pooled = report["summary"]["pooled"]
+    return all(pooled[c][s]["n"] == 1 for c in pooled for s in coldwarm.STAGES)
