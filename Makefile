@@ -48,5 +48,10 @@ lint: setup
 coldwarm: setup
 	$(PY) -m vkcore coldwarm $$($(PY) -c 'import matplotlib' 2>/dev/null && echo --plot cache/coldwarm.png)
 
+# sdist and wheel in dist/; the wheel carries the GLSL sources and every shader variant's
+# SPIR-V (tests/test_wheel.py installs it into a clean venv and runs it without glslang).
+wheel: setup
+	$(PY) -m build --no-isolation --outdir dist
+
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -92,7 +92,7 @@ class BuildPyWithShaders(build_py):
         cmd = [sys.executable, "-c", _COMPILE_ALL, str(dest)]
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise SystemExit(f"compiling vkcore's shader variants failed:\n{proc.stdout}{proc.stderr}")
+            raise SystemExit(f"compiling the shader variants failed:\n{proc.stdout}{proc.stderr}")
         self.announce(proc.stdout.strip(), level=2)
         json.loads((dest / "index.json").read_text())  # fail the build on a broken index
 

@@ -1,0 +1,125 @@
+"""Every kernel on small inputs that reach every shader variant, checked against numpy.
+
+Used two ways:
+
+* imported by ``tests/test_wheel.py`` to prove that every variant the kernels request is
+  declared with ``vkcore.spirv.register_variants`` (so the wheel ships it);
+* run as a script inside a clean virtual environment where the built wheel is installed
+  (``python kernel_tour.py --installed``): there it also proves that vkcore comes from
+  that environment, that no ``glslangValidator`` is reachable and that every declared
+  variant is found as *shipped* SPIR-V.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+import vkcore
+from vkcore import reference, spirv
+
+SOFTMAX_MAX_ABS_ERR = 1e-6
+
+
+def _softmax_shapes() -> list[tuple[int, int]]:
+    """Many short rows (one workgroup per row) and one long row (split rows, merged
+    partial states), each with a row length divisible by 4 (vec4 loads) and one not."""
+    return [(16, 64), (16, 63), (1, 40_000), (1, 40_001)]
+
+
+def tour_softmax(device: vkcore.Device, rng: np.random.Generator) -> list[str]:
+    done = []
+    for rows, n in _softmax_shapes():
+        x = (rng.standard_normal((rows, n)) * 5).astype(np.float32)
+        x[0, :3] = -np.inf  # masked entries must come out as exactly 0
+        expected = reference.softmax(x)
+        for algorithm in ("online", "safe"):
+            got = vkcore.softmax(x, algorithm=algorithm, device=device)
+            err = float(np.abs(got - expected).max())
+            case = f"softmax {algorithm} {rows}x{n}"
+            assert err <= SOFTMAX_MAX_ABS_ERR, f"{case}: max |err| {err:.2e}"
+            assert np.all(got[0, :3] == 0), f"{case}: masked entries are not exactly 0"
+            done.append(case)
+    return done
+
+
+def tour_quantization(device: vkcore.Device, rng: np.random.Generator) -> list[str]:
+    """quantize, dequantize and matvec, when this build of vkcore has them."""
+    if not hasattr(vkcore, "quantize"):
+        return []
+    raise AssertionError("vkcore.quantize exists but kernel_tour does not exercise it yet")
+
+
+TOURS: list[Callable[[vkcore.Device, np.random.Generator], list[str]]] = [
+    tour_softmax,
+    tour_quantization,
+]
+
+
+def tour(device: vkcore.Device) -> list[str]:
+    """Run every kernel check on ``device``; returns their names, raises AssertionError."""
+    rng = np.random.default_rng(7)
+    done: list[str] = []
+    for step in TOURS:
+        done += step(device, rng)
+    return done
+
+
+def _ids(listing: list[tuple[str, dict]]) -> set[tuple[str, tuple]]:
+    return {(name, tuple(sorted(d.items()))) for name, d in listing}
+
+
+def unregistered_requests() -> set[tuple[str, tuple]]:
+    """Variants requested in this process that no kernel module declared."""
+    return _ids(spirv.requested()) - _ids(spirv.variants())
+
+
+def unrequested_variants() -> set[tuple[str, tuple]]:
+    """Declared variants that nothing in this process has run (the tour must reach all)."""
+    return _ids(spirv.variants()) - _ids(spirv.requested())
+
+
+def check_installed() -> dict[str, object]:
+    """The checks that only make sense for an installed wheel without a compiler."""
+    package = Path(vkcore.__file__).resolve().parent
+    assert Path(sys.prefix).resolve() in package.parents, f"vkcore imported from {package}"
+    assert shutil.which("glslangValidator") is None, "glslangValidator is reachable on PATH"
+    spirv.clear_memory_cache()
+    origins = {}
+    for name, defines in spirv.variants():
+        origins[f"{name} {defines}"] = spirv.get(name, defines).origin
+    not_shipped = {k: v for k, v in origins.items() if v != "shipped"}
+    assert not not_shipped, f"variants not shipped: {not_shipped}"
+    return {"package": str(package), "shipped_variants": len(origins)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--installed", action="store_true", help="also check the installed wheel")
+    args = parser.parse_args()
+    summary: dict[str, object] = {}
+    with vkcore.Device() as dev:
+        summary["checks"] = tour(dev)
+        origins = {p["name"]: p["spirv_origin"] for p in dev.pipeline_stats()}
+        dev.check()
+    summary["pipeline_spirv_origins"] = origins
+    missing = unregistered_requests()
+    assert not missing, f"variants requested but not declared: {sorted(missing)}"
+    unrun = unrequested_variants()
+    assert not unrun, f"declared variants the tour never ran: {sorted(unrun)}"
+    if args.installed:
+        other = {k: v for k, v in origins.items() if v != "shipped"}
+        assert not other, f"pipelines whose SPIR-V did not come from the wheel: {other}"
+        summary.update(check_installed())
+    print(json.dumps(summary, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
