@@ -8,6 +8,11 @@
 // Semantics (same in both algorithms): -inf entries give 0; a row of only -inf gives
 // all zeros; a NaN or +inf anywhere in a row makes the whole row NaN; rows never
 // influence each other.
+//
+// Speed notes (lavapipe): the workgroup size is a specialization constant; a workgroup of
+// exactly one subgroup needs no shared memory and no barrier, and lavapipe runs it several
+// times faster than a workgroup of several subgroups. Consecutive invocations load
+// consecutive vec4s. The write pass multiplies by 1/L instead of dividing.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 
@@ -55,17 +60,40 @@ float hsum(float v) { return v; }
 float hsum(vec4 v) { return (v.x + v.y) + (v.z + v.w); }
 
 // exp(v - m) with -inf entries mapped to exactly 0.
-float shifted_exp(float v, float m) { return v == NEG_INF ? 0.0 : exp(v - m); }
+float shifted_exp(float v, float m) { return mix(exp(v - m), 0.0, v == NEG_INF); }
 vec4 shifted_exp(vec4 v, float m) { return mix(exp(v - m), vec4(0.0), equal(v, vec4(NEG_INF))); }
 
+// A finite stand-in for a maximum that is still -inf, so that exp(v - m) and
+// exp(m_old - m) never see -inf - (-inf); only rows or parts with no finite entry
+// have such a maximum, and their sums are discarded or multiplied by 0.
+float finite_max(float m) { return m == NEG_INF ? 0.0 : m; }
+
 // l expressed relative to a larger maximum M; a state that has seen only -inf is 0.
-float rescale(float l, float m, float M) { return m == NEG_INF ? 0.0 : l * exp(m - M); }
+float rescale(float l, float m, float M) { return m == NEG_INF ? 0.0 : l * exp(m - finite_max(M)); }
+
+// Compensated (Kahan) running sum: one invocation adds thousands of terms when a row is
+// long, and a plain float sum would lose about sqrt(terms) ulps. `precise` keeps the
+// compiler from simplifying the correction away.
+struct KahanSum { float sum; float carry; };
+void kahan_add(inout KahanSum k, float term) {
+    precise float t = term - k.carry;
+    precise float s = k.sum + t;
+    precise float lost = s - k.sum;
+    k.carry = lost - t;
+    k.sum = s;
+}
+// Both parts scale together when the running maximum grows.
+void kahan_scale(inout KahanSum k, float factor) { k.sum *= factor; k.carry *= factor; }
 
 // Merge of the (m, l, bad) states of all invocations; every invocation gets the result.
 void workgroup_merge(inout float m, inout float l, inout uint bad) {
     float sm = subgroupMax(m);
     float sl = subgroupAdd(rescale(l, m, sm));
     uint sb = subgroupOr(bad);
+    if (gl_NumSubgroups == 1u) {  // uniform: one subgroup needs no shared memory
+        m = sm; l = sl; bad = sb;
+        return;
+    }
     if (subgroupElect()) {
         sh_m[gl_SubgroupID] = sm;
         sh_l[gl_SubgroupID] = sl;
@@ -101,11 +129,17 @@ void chunk_range(uint row, out uint begin, out uint end) {
 }
 
 // y = exp(x - M) / L over [begin, end), with the documented non-finite answers.
+// M, L and bad are uniform in the workgroup, so each case is its own loop.
 void write_probabilities(uint begin, uint end, float M, float L, uint bad) {
-    for (uint i = begin + gl_LocalInvocationID.x; i < end; i += gl_WorkGroupSize.x) {
-        if (bad != 0u) y[i] = VT(QNAN);
-        else if (M == NEG_INF) y[i] = VT(0.0);
-        else y[i] = shifted_exp(x[i], M) / L;
+    uint step = gl_WorkGroupSize.x;
+    uint first = begin + gl_LocalInvocationID.x;
+    if (bad != 0u) {
+        for (uint i = first; i < end; i += step) y[i] = VT(QNAN);
+    } else if (M == NEG_INF) {
+        for (uint i = first; i < end; i += step) y[i] = VT(0.0);
+    } else {
+        float inv = 1.0 / L;
+        for (uint i = first; i < end; i += step) y[i] = shifted_exp(x[i], M) * inv;
     }
 }
 
@@ -115,3 +149,5 @@ void store_part(uint row, float m, float l, uint bad) {
         parts[idx].m = m; parts[idx].l = l; parts[idx].bad = bad; parts[idx].pad = 0u;
     }
 }
+
+

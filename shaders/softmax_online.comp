@@ -1,9 +1,10 @@
 #version 450
 // Online softmax (Milakov & Gimelshein, Algorithm 1 of the online-softmax post): one
-// pass computes the running maximum m and the running sum l, rescaling l by
-// exp(m_old - m_new) only when a vector raises the maximum (not per element), then a
-// second pass writes exp(x - m) / l. Partial (m, l) states merge across invocations and
-// across workgroups with l = l_a exp(m_a - M) + l_b exp(m_b - M).
+// pass computes the running maximum m and the running sum l, then a second pass writes
+// exp(x - m) / l. Each invocation reads one vec4 per step and rescales its sum by
+// exp(m_old - m_new) once per vec4, not per element, without a branch: the rescale costs
+// one exp per four elements. Partial (m, l) states merge across invocations and across
+// workgroups with l = l_a exp(m_a - M) + l_b exp(m_b - M).
 //
 // STAGE 0: one workgroup per row, stats + write in one dispatch.
 // STAGE 1: partial (m, l) per chunk into `parts`.   STAGE 2: merge the row's parts, write.
@@ -11,14 +12,20 @@
 #include "softmax_common.glsl"
 
 void online_stats(uint begin, uint end, out float m, out float l, out uint bad) {
-    m = NEG_INF; l = 0.0; bad = 0u;
+    m = NEG_INF; bad = 0u;
+    KahanSum acc = KahanSum(0.0, 0.0);
     for (uint i = begin + gl_LocalInvocationID.x; i < end; i += gl_WorkGroupSize.x) {
         VT v = x[i];
         bad |= is_bad(v);
-        float vm = hmax(v);
-        if (vm > m) { l = rescale(l, m, vm); m = vm; }
-        if (m != NEG_INF) l += hsum(shifted_exp(v, m));
+        float M = max(m, hmax(v));
+        // No branch on "did the maximum grow": the rescale factor is exp(0) = 1 when it
+        // did not, and 0 while nothing finite has been seen (the sum is 0 then anyway).
+        // A -inf entry adds exp(-inf) = 0 (a denormal at most where exp clamps).
+        kahan_scale(acc, m == NEG_INF ? 0.0 : exp(m - finite_max(M)));
+        kahan_add(acc, hsum(exp(v - finite_max(M))));
+        m = M;
     }
+    l = acc.sum;
     workgroup_merge(m, l, bad);
 }
 

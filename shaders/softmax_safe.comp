@@ -20,11 +20,12 @@ void chunk_max(uint begin, uint end, out float m, out uint bad) {
 }
 
 float chunk_sum(uint begin, uint end, float M) {
-    float l = 0.0;
+    KahanSum acc = KahanSum(0.0, 0.0);
     if (M != NEG_INF) {
         for (uint i = begin + gl_LocalInvocationID.x; i < end; i += gl_WorkGroupSize.x)
-            l += hsum(shifted_exp(x[i], M));
+            kahan_add(acc, hsum(shifted_exp(x[i], M)));
     }
+    float l = acc.sum;
     float m = M; uint bad = 0u;
     workgroup_merge(m, l, bad);
     return l;

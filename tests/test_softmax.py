@@ -166,3 +166,20 @@ def test_online_and_safe_agree(device, rng):
     a = vkcore.softmax(x, algorithm="online", device=device)
     b = vkcore.softmax(x, algorithm="safe", device=device)
     assert np.abs(a - b).max() <= 1e-6
+
+
+@pytest.mark.parametrize(
+    "shape", [(1, 256), (8, 1 << 20), (4096, 4096), (3, 7_000_001), (70_001, 3)]
+)
+def test_plan_keeps_every_loop_under_the_driver_iteration_guard(device, shape):
+    p = sm.plan(device, *shape)
+    assert p.chunk * p.nchunks >= p.units
+    assert -(-p.chunk // p.workgroup) <= sm.MAX_STEPS_PER_PASS
+
+
+@pytest.mark.parametrize("alg", ALGS)
+def test_many_long_rows(device, rng, alg):
+    # 8 rows of 2^20: enough rows to skip the split for parallelism, but each row is longer
+    # than one workgroup may loop over (llvmpipe stops loops after 65,535 iterations).
+    x = rng.standard_normal((8, 1 << 20)).astype(np.float32)
+    check_accuracy(vkcore.softmax(x, algorithm=alg, device=device), x)

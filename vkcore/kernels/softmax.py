@@ -27,9 +27,26 @@ ALGORITHMS = ("online", "safe")
 # Every shader variant _dispatches can request (precompiled into the wheel).
 spirv.register_variants("softmax_online.comp", spirv.define_grid(STAGE=[0, 1, 2], VEC4=[0, 1]))
 spirv.register_variants("softmax_safe.comp", spirv.define_grid(STAGE=[0, 1, 2, 3], VEC4=[0, 1]))
-WORKGROUP = 64
 # A workgroup's share of a row is at least this many elements when a row is split.
 MIN_CHUNK_ELEMENTS = 8192
+# Loop steps one invocation may take per pass. llvmpipe ends any shader loop after 65,535
+# iterations in total (a guard against hangs), and a workgroup makes up to three passes
+# over its chunk, so longer chunks are split across workgroups instead.
+MAX_STEPS_PER_PASS = 16384
+# Workgroup size on GPUs; on a CPU device it is the subgroup size (see workgroup_size).
+GPU_WORKGROUP = 256
+
+
+def workgroup_size(device: Device) -> int:
+    """Invocations per workgroup: one subgroup on a CPU device, GPU_WORKGROUP elsewhere.
+
+    lavapipe runs a workgroup of one subgroup (8 lanes of a 256-bit vector) without
+    shared memory or barrier switches; measured 3-4x faster per pass there than 64.
+    """
+    if device.info.is_cpu:
+        return max(1, device.info.subgroup_size or 8)
+    info = device.info
+    return min(GPU_WORKGROUP, info.max_compute_work_group_size[0], info.max_compute_work_group_invocations)
 
 
 @dataclass(frozen=True)
@@ -45,8 +62,10 @@ class Plan:
     workgroup: int
 
 
-def plan(device: Device, rows: int, n: int, workgroup: int = WORKGROUP) -> Plan:
-    """Split rows across workgroups only when there are too few rows to fill the device."""
+def plan(device: Device, rows: int, n: int, workgroup: int | None = None) -> Plan:
+    """Split rows across workgroups when there are too few rows to fill the device, and
+    whenever a row is longer than MAX_STEPS_PER_PASS steps of one workgroup."""
+    wg = workgroup_size(device) if workgroup is None else workgroup
     vec4 = n % 4 == 0
     units = n // 4 if vec4 else n
     target = 4 * c.parallelism(device)
@@ -54,9 +73,10 @@ def plan(device: Device, rows: int, n: int, workgroup: int = WORKGROUP) -> Plan:
     if rows < target:
         min_units = max(1, MIN_CHUNK_ELEMENTS // (4 if vec4 else 1))
         nchunks = max(1, min(c.ceil_div(units, min_units), c.ceil_div(target, rows)))
-    chunk = c.ceil_div(c.ceil_div(units, nchunks), workgroup) * workgroup
+    nchunks = max(nchunks, c.ceil_div(units, MAX_STEPS_PER_PASS * wg))
+    chunk = c.ceil_div(c.ceil_div(units, nchunks), wg) * wg
     nchunks = c.ceil_div(units, chunk)
-    return Plan(rows, n, vec4, units, chunk, nchunks, workgroup)
+    return Plan(rows, n, vec4, units, chunk, nchunks, wg)
 
 
 def _dispatches(device: Device, p: Plan, algorithm: str, x: Buffer, y: Buffer, parts: Buffer) -> list[Dispatch]:
