@@ -9,8 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+import vkcore
 from vkcore import coldwarm
 from vkcore.cli import main
 
@@ -215,6 +217,32 @@ def test_child_env_replaces_every_cache_variable():
         )["VKCORE_DEVICE"]
         == "nvidia"
     )
+
+
+def test_registry_includes_the_quantized_kernels_only_when_present(monkeypatch):
+    base = set(coldwarm._registry())
+    assert {"softmax-online", "softmax-safe"} <= base
+    for name in ("quantize", "dequantize", "matvec"):
+        monkeypatch.delattr(vkcore, name, raising=False)
+    assert set(coldwarm._registry()) == {"softmax-online", "softmax-safe"}
+    for name in ("quantize", "dequantize", "matvec"):
+        monkeypatch.setattr(vkcore, name, lambda *a, **k: None, raising=False)
+    assert set(coldwarm._registry()) == {
+        "softmax-online",
+        "softmax-safe",
+        "quantize",
+        "dequantize",
+        "matvec-float",
+        "matvec-int8",
+        "matvec-uint8",
+    }
+
+
+def test_every_kernel_case_runs_and_returns_host_data(device):
+    for name, case in coldwarm.KERNELS.items():
+        run_once = case(device)
+        result = np.asarray(run_once())
+        assert result.size > 0 and np.isfinite(result.astype(np.float64)).all(), name
 
 
 def test_bad_arguments_are_named():
