@@ -13,6 +13,12 @@ from .errors import _RESULT_NAMES, ValidationError, VulkanError
 
 log = logging.getLogger("vkcore")
 
+NO_DRIVER_HINT = (
+    "no Vulkan driver found: install one (Debian: mesa-vulkan-drivers for lavapipe) "
+    "or check VK_ICD_FILENAMES / VK_DRIVER_FILES"
+)
+_VK_ERROR_INCOMPATIBLE_DRIVER = -9
+
 VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
 DEBUG_UTILS = "VK_EXT_debug_utils"
 
@@ -189,7 +195,10 @@ class Instance:
             ppEnabledExtensionNames=keep.strings(extensions),
         )
         handle = ffi.new("VkInstance*")
-        vkapi.check(lib.vkCreateInstance(info, ffi.NULL, handle), "vkCreateInstance")
+        result = lib.vkCreateInstance(info, ffi.NULL, handle)
+        if result == _VK_ERROR_INCOMPATIBLE_DRIVER:  # what the loader says when it finds no driver
+            raise VulkanError("vkCreateInstance", result, NO_DRIVER_HINT)
+        vkapi.check(result, "vkCreateInstance")
         self.handle = handle[0]
         if messenger_info is not None:
             create = self.proc("vkCreateDebugUtilsMessengerEXT", "PFN_vkCreateDebugUtilsMessengerEXT")
@@ -231,7 +240,11 @@ class Instance:
                 self.messages.append(text)
                 if error:
                     self._errors.append(text)
-            log.warning("validation %s: %s", "error" if error else "warning", text)
+            # Loader and driver chatter (general type) is only logged at debug level: a
+            # failure it describes reaches the caller as an exception, in one line.
+            validation = bool(types & vkapi.flag("VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT"))
+            level = logging.WARNING if validation else logging.DEBUG
+            log.log(level, "validation %s: %s", "error" if error else "warning", text)
         except Exception:  # noqa: BLE001 - nothing may escape into C
             pass
         return 0
@@ -365,12 +378,7 @@ def rank(info: DeviceInfo) -> tuple[int, int]:
 def choose(infos: list[DeviceInfo], selector: str | int | None) -> DeviceInfo:
     """Pick a device by index, by name substring (case-insensitive), or by default rank."""
     if not infos:
-        raise VulkanError(
-            "vkEnumeratePhysicalDevices",
-            0,
-            "no Vulkan device found: install a driver (Debian: mesa-vulkan-drivers for "
-            "lavapipe) or check VK_ICD_FILENAMES / VK_DRIVER_FILES",
-        )
+        raise VulkanError("vkEnumeratePhysicalDevices", 0, NO_DRIVER_HINT)
     if selector is None:
         return min(infos, key=rank)
     listing = "; ".join(f"{i.index}: {i.name}" for i in infos)
