@@ -112,6 +112,7 @@ def test_json_has_every_stage_for_every_condition_with_median_and_spread(run):
         "vkcore_version",
         "cpu_count",
         "python",
+        "load_average",
     ):
         assert key in env
     assert len(report["samples"]) == 4 and len(report["findings"]) == 5

@@ -153,6 +153,8 @@ def child_env(
 # returns a function that runs the kernel once and brings the result back to the host.
 KernelCase = Callable[[vkcore.Device], Callable[[], Any]]
 _WEIGHTS = (256, 1024)  # m x n of the quantize/dequantize/matvec weights
+# The package seen as Any: the quantized kernels exist only in versions that export them.
+_api: Any = vkcore
 
 
 def _softmax_case(algorithm: str) -> KernelCase:
@@ -171,7 +173,7 @@ def _quantize_case(dev: vkcore.Device) -> Callable[[], Any]:
     w = _weights()
 
     def run() -> Any:
-        qt = vkcore.quantize(w, device=dev)
+        qt = _api.quantize(w, device=dev)
         try:
             return qt.q
         finally:
@@ -183,15 +185,15 @@ def _quantize_case(dev: vkcore.Device) -> Callable[[], Any]:
 def _dequantize_case(dev: vkcore.Device) -> Callable[[], Any]:
     # The quantized weights are made here, before the clock starts; the quantize
     # pipeline they need is then not counted in the dequantize stages.
-    qt = vkcore.quantize(_weights(), device=dev)
-    return lambda: vkcore.dequantize(qt, device=dev)
+    qt = _api.quantize(_weights(), device=dev)
+    return lambda: _api.dequantize(qt, device=dev)
 
 
 def _matvec_case(activations: str) -> KernelCase:
     def prepare(dev: vkcore.Device) -> Callable[[], Any]:
-        qt = vkcore.quantize(_weights(), device=dev)
+        qt = _api.quantize(_weights(), device=dev)
         x = np.random.default_rng(2).standard_normal(_WEIGHTS[1]).astype(np.float32)
-        return lambda: vkcore.matvec(qt, x, activations=activations)
+        return lambda: _api.matvec(qt, x, activations=activations)
 
     return prepare
 
@@ -372,6 +374,7 @@ def measure(
     total = len(warm) + repeats * len(conditions) * len(kernels)
     done = 0
     started = time.perf_counter()
+    load_before = _load_average()
     root = Path(tempfile.mkdtemp(prefix="vkcore-coldwarm-", dir=tmp_parent))
     samples: list[dict[str, Any]] = []
     primed: dict[str, dict[str, Any]] = {}
@@ -404,7 +407,10 @@ def measure(
             }
             for n in conditions
         },
-        "environment": environment(samples),
+        "environment": {
+            **environment(samples),
+            "load_average": {"before": load_before, "after": _load_average()},
+        },
         "temp_root": str(root),
         "temp_root_removed": not root.exists(),
         "primed_cache_bytes": primed,
@@ -416,6 +422,14 @@ def measure(
     report["ratios"] = ratios(summary["pooled"])
     report["findings"] = findings(report)
     return report
+
+
+def _load_average() -> list[float] | None:
+    """1, 5 and 15-minute load averages: other work on the machine distorts every stage."""
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
 
 
 def _tick(progress: Progress | None, done: int, total: int, label: str) -> None:
@@ -738,7 +752,7 @@ def format_report(report: dict[str, Any]) -> str:
     env, settings = report["environment"], report["settings"]
     lines = [
         f"device: {env.get('name')} ({env.get('driver_name')} {env.get('driver_info')}), vkcore "
-        f"{env['vkcore_version']}, {env['cpu_count']} CPUs",
+        f"{env['vkcore_version']}, {env['cpu_count']} CPUs{_load_text(env.get('load_average'))}",
         f"{len(report['samples'])} fresh processes: {len(settings['kernels'])} kernels x "
         f"{len(settings['conditions'])} conditions x {settings['repeats']} repetitions "
         f"(+{len(report['primed_cache_bytes'])} priming), {report['elapsed_seconds']:.1f} s",
@@ -755,6 +769,12 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"  {kernel:<18} {cells}")
     lines += ["", *(f"- {f}" for f in report["findings"])]
     return "\n".join(lines)
+
+
+def _load_text(load: dict[str, Any] | None) -> str:
+    if not load or not load.get("before") or not load.get("after"):
+        return ""
+    return f", load average {load['before'][0]:.2f} before / {load['after'][0]:.2f} after"
 
 
 def plot(report: dict[str, Any], path: str) -> None:
