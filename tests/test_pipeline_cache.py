@@ -540,6 +540,18 @@ def test_threads_saving_one_device(root, key):
     assert not [p for p in pc.pipeline_dir(root).iterdir() if pc.is_temp_file(p)]
 
 
+def test_save_removes_temp_files_of_an_interrupted_save(root, key):
+    folder = pc.pipeline_dir(root)
+    folder.mkdir(parents=True)
+    leftover = folder / (pc.TEMP_PREFIX + "killed" + pc.SUFFIX)
+    leftover.write_bytes(b"half a file")
+    dev = open_device(root)
+    check_softmax(dev)
+    assert dev.save_pipeline_cache() is True
+    close_device(dev)
+    assert sorted(p.name for p in folder.iterdir()) == sorted([pc.LOCK_NAME, key.file_name()])
+
+
 def test_failed_write_leaves_no_temp_file(tmp_path, monkeypatch):
     target = tmp_path / "x.vkpc"
 

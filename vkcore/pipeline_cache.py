@@ -361,6 +361,21 @@ def write_atomic(path: Path, data: bytes) -> None:
             os.close(dir_fd)
 
 
+def remove_stale_temp_files(folder: Path) -> int:
+    """Remove temp files left by a save that died; call only while holding ``folder_lock``.
+
+    Temp files are written only under the lock, so any found while holding it is stale.
+    """
+    removed = 0
+    for path in folder.glob(TEMP_PREFIX + "*" + SUFFIX):
+        with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+            path.unlink()
+            removed += 1
+    if removed:
+        log.info("removed %d temp file(s) left by an interrupted pipeline-cache save", removed)
+    return removed
+
+
 def _warn_folder_once(folder: Path, exc: OSError) -> None:
     with _warned_lock:
         if str(folder) in _warned_folders:
@@ -546,7 +561,8 @@ class PipelineCache:
                 return False
 
     def _save_locked(self, force: bool) -> bool:
-        assert self.path is not None
+        assert self.path is not None and self.folder is not None
+        remove_stale_temp_files(self.folder)
         on_disk = self._read_for_merge()
         if on_disk is not None and on_disk != self._written:
             self._merge(decode(on_disk).payload)
