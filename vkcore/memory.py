@@ -99,20 +99,36 @@ class Buffer:
     def write(self, data: np.ndarray, offset: int = 0) -> None:
         """Copy a C-contiguous array into the buffer at ``offset`` bytes."""
         raw = data.reshape(-1).view(np.uint8)
-        self._require_alive()
-        if self.mapped is not None:
-            self.mapped[offset : offset + raw.size] = raw
-        else:
+        if self._copy_mapped(raw, offset, into_buffer=True):
+            return
+        with self.device.lock:  # no destroy between the check and the copy
+            self._require_alive()
             self.device.submitter.upload(self, raw, offset)
 
     def read(self, out: np.ndarray, offset: int = 0) -> None:
         """Copy ``out.nbytes`` bytes from ``offset`` into the C-contiguous array ``out``."""
         raw = out.reshape(-1).view(np.uint8)
-        self._require_alive()
-        if self.mapped is not None:
-            raw[...] = self.mapped[offset : offset + raw.size]
-        else:
+        if self._copy_mapped(raw, offset, into_buffer=False):
+            return
+        with self.device.lock:
+            self._require_alive()
             self.device.submitter.download(self, raw, offset)
+
+    def _copy_mapped(self, raw: np.ndarray, offset: int, *, into_buffer: bool) -> bool:
+        """Copy through the mapping (False when the buffer is not mapped).
+
+        Holds the buffer's lock, so another thread closing the device cannot unmap and
+        free the memory in the middle of the copy (numpy copies without the GIL).
+        """
+        with self._lock:
+            self._require_alive()
+            if self.mapped is None:
+                return False
+            if into_buffer:
+                self.mapped[offset : offset + raw.size] = raw
+            else:
+                raw[...] = self.mapped[offset : offset + raw.size]
+            return True
 
     def _require_alive(self) -> None:
         if self.handle is None:
