@@ -9,6 +9,9 @@
 ``VKCORE_FORCE_STAGING``    ``1`` uses device-local memory plus a staging buffer even where
                             host-visible device memory exists (tests the discrete-GPU path)
 ==========================  ==============================================================
+
+``VKCORE_PIPELINE_CACHE_MAX_BYTES`` caps the size of a pipeline-cache file that is read
+or written (default 256 MiB); ``vkcore.pipeline_cache.max_bytes`` reads it.
 """
 
 from __future__ import annotations
