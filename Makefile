@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The README's commands, examples and benchmarks keep their caches in ./cache.
 export VKCORE_CACHE_DIR ?= $(CURDIR)/cache
 
-.PHONY: all setup system venv demo test lint soak bench coldwarm wheel clean
+.PHONY: all setup system venv demo test lint soak bench coldwarm wheel clean mesa25
 
 all: test
 
@@ -31,6 +31,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
 	@touch $(STAMP)
+
+# Mesa 25's lavapipe from bookworm-backports, unpacked into $(VENV)/mesa25 for the
+# pipeline-cache driver-upgrade test (which also fetches it on first use).
+mesa25:
+	bash tests/fetch_mesa_backports.sh $(abspath $(VENV))/mesa25
 
 demo: setup
 	$(PY) -m vkcore demo
