@@ -1,0 +1,63 @@
+"""Every script in examples/ runs, on small sizes, from outside the repository.
+
+The contract for an example: ``python examples/<name>.py --small`` finishes in seconds,
+prints what it shows, and exits 0 (1 when one of its own checks fails).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import vkcore
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted((REPO / "examples").glob("*.py"))
+# What each example must print beyond exiting 0 (examples not listed: exit status only).
+EXPECTED_OUTPUT = {
+    "softmax_basics.py": ["0.09003057", "all checks passed"],
+    "lm_head_sampling.py": [
+        "probability error",
+        "greedy token agrees",
+        "top-40 agreement",
+        "time per token",
+        "all checks passed",
+    ],
+}
+
+
+def run_example(path: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env["VKCORE_VALIDATION"] = "1"  # a validation message makes the example fail
+    return subprocess.run(
+        [sys.executable, str(path), "--small"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_there_are_examples():
+    names = {p.name for p in EXAMPLES}
+    assert {"softmax_basics.py", "lm_head_sampling.py"} <= names
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_example_runs(path, tmp_path):
+    if path.name == "lm_head_sampling.py" and not hasattr(vkcore, "quantize"):
+        # Without the quantization kernels the example must say so and fail, not crash.
+        out = run_example(path, tmp_path)
+        assert out.returncode == 1 and "vkcore.quantize" in out.stderr, out.stdout + out.stderr
+        assert "Traceback" not in out.stderr
+        return
+    out = run_example(path, tmp_path)
+    assert out.returncode == 0, f"{path.name} exited {out.returncode}:\n{out.stdout}\n{out.stderr}"
+    for text in EXPECTED_OUTPUT.get(path.name, []):
+        assert text in out.stdout, f"{path.name} did not print {text!r}:\n{out.stdout}"
