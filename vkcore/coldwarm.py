@@ -600,7 +600,8 @@ def findings(report: dict[str, Any]) -> list[str]:
     if "all" in rat:
         r = rat["all"]["first_result"]
         out.append(
-            f"With every cache warm, the time to the first result (import included) is "
+            "With every cache warm, the time to the first result "
+            "(import and device creation included) is "
             f"{_ms(pooled['all']['first_result']['median'])} "
             f"against {_ms(cold['first_result']['median'])} "
             f"cold: warm/cold = {_ratio(r)}."
