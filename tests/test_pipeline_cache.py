@@ -323,7 +323,7 @@ def test_damaged_file_is_a_cold_start(case, root, key, driver_blob, offered, cap
     assert pc.decode(path.read_bytes()).key == key  # replaced by a good file on close
 
 
-def _expect_cold_start(root, offered, caplog, reason, *, saved=True):
+def _expect_cold_start(root, offered, caplog, reason):
     with caplog.at_level(logging.WARNING, logger="vkcore"):
         dev = open_device(root)
     cache = dev.pipeline_cache
@@ -333,6 +333,7 @@ def _expect_cold_start(root, offered, caplog, reason, *, saved=True):
     assert "cold start" in caplog.text and reason in caplog.text
     check_softmax(dev)
     close_device(dev)
+    assert offered == [None], "nor may it be merged when the cache is saved"
     return cache
 
 
@@ -665,6 +666,11 @@ def test_cli_ls_verify_clear(root, key, driver_blob, capsys):
     assert "removed 3" in capsys.readouterr().out
     assert [p.name for p in pc.pipeline_dir(root).iterdir()] == [pc.LOCK_NAME]
     assert cli_main(["cache", "--dir", str(root), "verify"]) == 0
+
+
+def test_bad_cache_dir_type_is_a_type_error():
+    with pytest.raises(TypeError, match="cache_dir"):
+        pc.pipeline_dir(42)  # type: ignore[arg-type]
 
 
 def test_cli_uses_the_cache_dir_environment(root, key, driver_blob):

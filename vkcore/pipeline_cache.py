@@ -287,6 +287,10 @@ def max_bytes() -> int:
 
 def pipeline_dir(root: str | os.PathLike[str] | None = None) -> Path:
     """The folder of pipeline-cache files: ``<root or cache root>/pipeline``."""
+    if root is not None and not isinstance(root, (str, os.PathLike)):
+        raise TypeError(
+            f"cache_dir must be a path (str or os.PathLike) or None, got {type(root).__name__}"
+        )
     return (Path(root).expanduser() if root is not None else config.cache_dir()) / "pipeline"
 
 
