@@ -50,10 +50,47 @@ def tour_softmax(device: vkcore.Device, rng: np.random.Generator) -> list[str]:
 
 
 def tour_quantization(device: vkcore.Device, rng: np.random.Generator) -> list[str]:
-    """quantize, dequantize and matvec, when this build of vkcore has them."""
+    """quantize and dequantize (bit for bit), then matvec in every activation mode, for
+    symmetric and asymmetric weights, per channel and per tensor; the float32 baseline."""
     if not hasattr(vkcore, "quantize"):
         return []
-    raise AssertionError("vkcore.quantize exists but kernel_tour does not exercise it yet")
+    done = []
+    m, n = 37, 100  # rows not a multiple of 16 bytes: the padded layout is exercised
+    w = (rng.standard_normal((m, n)) * 0.1).astype(np.float32)
+    x = rng.standard_normal(n).astype(np.float32)
+    bias = rng.standard_normal(m).astype(np.float32)
+    for symmetric, per_channel, bits in ((True, True, 8), (False, True, 8), (True, False, 4)):
+        case = f"{bits}-bit {'symmetric' if symmetric else 'asymmetric'} " + (
+            "per channel" if per_channel else "per tensor"
+        )
+        qt = vkcore.quantize(
+            w, bits=bits, symmetric=symmetric, per_channel=per_channel, device=device
+        )
+        q, scale, zero = reference.quantize(
+            w, bits=bits, symmetric=symmetric, per_channel=per_channel
+        )
+        assert np.array_equal(qt.q, q), f"quantize {case}: q differs from the reference"
+        assert np.array_equal(qt.scale, scale) and np.array_equal(qt.zero_point, zero), case
+        w_hat = vkcore.dequantize(qt)
+        assert np.array_equal(w_hat, reference.dequantize(q, scale, zero)), f"dequantize {case}"
+        done += [f"quantize {case}", f"dequantize {case}"]
+        for activations in ("float", "int8", "uint8"):
+            y = vkcore.matvec(qt, x, bias=bias, activations=activations)
+            ref = reference.matvec(q, scale, zero, x, bias, activations=activations)
+            if activations == "float":  # float32 sums: within summation error
+                size = np.abs(w_hat.astype(np.float64)) @ np.abs(x.astype(np.float64)) + np.abs(
+                    bias
+                )
+                assert np.all(np.abs(y - ref) <= 1e-5 * size + 1e-30), f"matvec float {case}"
+            else:  # integer accumulation: bit for bit
+                assert np.array_equal(y, ref), f"matvec {activations} {case}"
+            done.append(f"matvec {activations} {case}")
+        qt.release()
+    y32 = vkcore.matvec_f32(w, x, bias=bias, device=device)
+    exact = w.astype(np.float64) @ x.astype(np.float64) + bias
+    size = np.abs(w.astype(np.float64)) @ np.abs(x.astype(np.float64)) + np.abs(bias)
+    assert np.all(np.abs(y32 - exact) <= 1e-5 * size), "matvec_f32"
+    return done + ["matvec_f32"]
 
 
 TOURS: list[Callable[[vkcore.Device, np.random.Generator], list[str]]] = [
