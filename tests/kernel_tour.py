@@ -147,7 +147,9 @@ def main() -> int:
         dev.check()
     summary["pipeline_spirv_origins"] = origins
     missing = unregistered_requests()
-    assert not missing, f"variants requested but not declared: {sorted(missing)}"
+    assert not missing, (
+        f"variants requested but not declared with spirv.register_variants: {sorted(missing)}"
+    )
     unrun = unrequested_variants()
     assert not unrun, f"declared variants the tour never ran: {sorted(unrun)}"
     if args.installed:
