@@ -43,6 +43,11 @@ demo: setup
 test: setup
 	VKCORE_VALIDATION=1 $(PY) -m pytest -q
 
+# The long soak: thousands of kernel calls and device lifetimes under validation; prints
+# calls, duration, RSS and live Vulkan object counts (make test runs a short version).
+soak: setup
+	VKCORE_VALIDATION=1 VKCORE_SOAK=long $(PY) -m pytest -q -s -m soak tests/test_soak.py
+
 lint: setup
 	$(PY) -m ruff check vkcore tests examples
 	$(PY) -m ruff format --check vkcore tests examples
