@@ -271,9 +271,12 @@ def asarray(data: ArrayLike | Tensor, device: Device | None = None, dtype: Any =
     if isinstance(data, (str, bytes)) or data is None:
         raise TypeError(f"data must be array-like of numbers, got {type(data).__name__}")
     arr = np.asarray(data, dtype=dtype)
-    _check_dtype(arr.dtype, "data dtype")
+    native = _check_dtype(arr.dtype.newbyteorder("="), "data dtype")
     _check_allocation(dev, arr.size * arr.dtype.itemsize, "data")  # before any host copy
-    arr = np.ascontiguousarray(arr)
+    if arr.dtype != native:  # byte-swapped input: the device holds native byte order
+        arr = arr.astype(native)
+    if not arr.flags.c_contiguous:  # (np.ascontiguousarray would turn 0-d into 1-d)
+        arr = arr.copy(order="C")
     tensor = Tensor.empty(arr.shape, arr.dtype, dev)
     if arr.size:
         assert tensor.buffer is not None

@@ -1,0 +1,214 @@
+"""Input boundaries: odd layouts and odd values work correctly or are refused clearly.
+
+Non-contiguous, negative-stride, broadcast, unaligned, byte-swapped, read-only, huge
+in one dimension and empty in another, numpy scalars: each either gives the reference
+answer or a TypeError/ValueError naming the argument. No input is ever modified.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import vkcore
+
+
+def base_matrix(rows: int = 12, cols: int = 40) -> np.ndarray:
+    rng = np.random.default_rng(11)
+    return (rng.standard_normal((rows, cols)) * 5).astype(np.float32)
+
+
+def layouts() -> dict[str, np.ndarray]:
+    """The same kind of data in every memory layout numpy can hand over."""
+    a = base_matrix()
+    unaligned_bytes = bytearray(a.nbytes + 1)
+    unaligned = np.frombuffer(unaligned_bytes, dtype=np.float32, count=a.size, offset=1)
+    unaligned = unaligned.reshape(a.shape)
+    unaligned_bytes[1:] = a.tobytes()
+    readonly = a.copy()
+    readonly.flags.writeable = False
+    return {
+        "contiguous": a,
+        "fortran": np.asfortranarray(a),
+        "transposed": a.T,
+        "every_other_column": a[:, ::2],
+        "negative_rows": a[::-1],
+        "negative_both": a[::-2, ::-3],
+        "broadcast_row": np.broadcast_to(a[0], (7, a.shape[1])),
+        "unaligned": unaligned,
+        "byteswapped": a.astype(">f4"),
+        "readonly": readonly,
+        "strided_3d": base_matrix(24, 30).reshape(4, 6, 30)[:, ::2, 1::2],
+    }
+
+
+def snapshot(x: np.ndarray) -> tuple[bytes, tuple[int, ...], tuple[int, ...], bool]:
+    return (np.ascontiguousarray(x).tobytes(), x.shape, x.strides, x.flags.writeable)
+
+
+@pytest.mark.parametrize("name", sorted(layouts()))
+@pytest.mark.parametrize("algorithm", ["online", "safe"])
+def test_softmax_any_layout(device, name, algorithm):
+    x = layouts()[name]
+    before = snapshot(x)
+    y = vkcore.softmax(x, algorithm=algorithm, device=device)
+    assert snapshot(x) == before, "softmax modified its input"
+    assert y.shape == x.shape and y.dtype == np.float32
+    np.testing.assert_allclose(y, vkcore.reference.softmax(x), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("name", sorted(layouts()))
+def test_softmax_other_axis_any_layout(device, name):
+    x = layouts()[name]
+    before = snapshot(x)
+    y = vkcore.softmax(x, axis=0, device=device)
+    assert snapshot(x) == before
+    np.testing.assert_allclose(y, vkcore.reference.softmax(x, axis=0), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("name", sorted(layouts()))
+def test_asarray_any_layout(device, name):
+    x = layouts()[name]
+    before = snapshot(x)
+    t = vkcore.asarray(x, device=device)
+    assert snapshot(x) == before, "asarray modified its input"
+    assert t.shape == x.shape
+    assert t.dtype == np.float32 and t.dtype.isnative
+    np.testing.assert_array_equal(t.numpy(), x)
+
+
+def test_byteswapped_integers_are_stored_natively(device):
+    a = np.arange(-50, 50, dtype=">i4").reshape(10, 10)
+    t = vkcore.asarray(a, device=device)
+    assert t.dtype == np.int32
+    np.testing.assert_array_equal(t.numpy(), a)
+
+
+def test_numpy_result_is_a_copy_not_a_view(device):
+    x = base_matrix()
+    t = vkcore.asarray(x, device=device)
+    first = t.numpy()
+    first[...] = 0
+    np.testing.assert_array_equal(t.numpy(), x)
+    assert first.flags.owndata or first.base is not None and first.base.flags.owndata
+
+
+@pytest.mark.parametrize(
+    "shape", [(0,), (0, 5), (5, 0), (0, 1 << 40), (1 << 40, 0), (3, 0, 1 << 30), (0, 0)]
+)
+def test_empty_shapes_huge_in_another_dimension(device, shape):
+    x = np.empty(shape, np.float32)
+    y = vkcore.softmax(x, device=device)
+    assert y.shape == shape and y.dtype == np.float32
+    t = vkcore.asarray(x, device=device)
+    assert t.shape == shape and t.buffer is None
+    assert t.numpy().shape == shape
+    assert vkcore.Tensor.empty(shape, np.float32, device).shape == shape
+
+
+def test_one_very_long_row(device):
+    x = np.zeros((1, 1 << 22), np.float32)
+    x[0, 123_456] = 30.0
+    before = snapshot(x)
+    y = vkcore.softmax(x, device=device)
+    assert snapshot(x) == before
+    np.testing.assert_allclose(y, vkcore.reference.softmax(x), atol=1e-6, rtol=0)
+
+
+def test_many_length_one_rows(device):
+    x = np.random.default_rng(1).standard_normal((70_000, 1)).astype(np.float32)
+    x[5, 0] = -np.inf
+    x[6, 0] = np.nan
+    y = vkcore.softmax(x, device=device)
+    np.testing.assert_array_equal(y, vkcore.reference.softmax(x))
+
+
+@pytest.mark.parametrize(
+    "scalar", [np.float32(2.5), np.float64(-1.0), np.float16(3.0), 1.5, np.array(2.0, np.float32)]
+)
+def test_softmax_refuses_scalars(device, scalar):
+    with pytest.raises(ValueError, match="at least one dimension"):
+        vkcore.softmax(scalar, device=device)
+
+
+@pytest.mark.parametrize(
+    ("scalar", "dtype"),
+    [
+        (np.float32(2.5), np.float32),
+        (np.int8(-3), np.int8),
+        (np.uint16(7), np.uint16),
+        (np.array(4, np.int32), np.int32),
+        (np.float16(0.5), np.float16),
+    ],
+)
+def test_asarray_accepts_numpy_scalars(device, scalar, dtype):
+    t = vkcore.asarray(scalar, device=device)
+    assert t.shape == () and t.dtype == dtype
+    assert t.numpy() == scalar
+
+
+def test_softmax_of_one_element_rows_and_lists(device):
+    np.testing.assert_array_equal(vkcore.softmax(np.float32([7.0]), device=device), [1.0])
+    y = vkcore.softmax([[1.0, 2.0], [3.0, 3.0]], device=device)
+    np.testing.assert_allclose(y, vkcore.reference.softmax(np.float32([[1, 2], [3, 3]])), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "pattern"),
+    [
+        (np.arange(6, dtype=np.int32), TypeError, "float16, float32 or float64"),
+        (np.ones(3, bool), TypeError, "float16, float32 or float64"),
+        (np.ones(3, np.complex64), TypeError, "float16, float32 or float64"),
+        (np.ones(3, np.longdouble), TypeError, "float16, float32 or float64"),
+        (np.array([1.0, "a"], dtype=object), TypeError, "x must"),
+        ([[1.0, 2.0], [3.0]], TypeError, "x must"),
+        ("1.0", TypeError, "x must"),
+        (None, TypeError, "x must"),
+    ],
+)
+def test_softmax_refuses_bad_values_clearly(device, value, error, pattern):
+    with pytest.raises(error, match=pattern):
+        vkcore.softmax(value, device=device)
+
+
+@pytest.mark.parametrize("axis", [2, -3, 1.0, True, "0"])
+def test_softmax_refuses_bad_axis(device, axis):
+    with pytest.raises((TypeError, ValueError), match="axis"):
+        vkcore.softmax(base_matrix(), axis=axis, device=device)
+
+
+@pytest.mark.parametrize(
+    ("value", "pattern"),
+    [
+        (np.ones(3, np.float64), "dtype"),
+        (np.ones(3, np.int64), "dtype"),
+        (np.ones(3, bool), "dtype"),
+        (np.ones(3, np.complex64), "dtype"),
+        (np.array(["a"]), "dtype"),
+        (None, "data"),
+        ("abc", "data"),
+    ],
+)
+def test_asarray_refuses_unsupported_clearly(device, value, pattern):
+    with pytest.raises(TypeError, match=pattern):
+        vkcore.asarray(value, device=device)
+
+
+def test_tensor_input_from_another_device_is_refused(device):
+    with vkcore.Device(pipeline_cache=False) as other:
+        t = vkcore.asarray(base_matrix(), device=other)
+        with pytest.raises(ValueError, match="device"):
+            vkcore.softmax(t, device=device)
+
+
+def test_inputs_with_non_finite_values_are_not_modified(device):
+    x = base_matrix()
+    x[0, 3] = np.nan
+    x[1, :] = -np.inf
+    x[2, 5] = np.inf
+    x.flags.writeable = False
+    before = snapshot(x)
+    y = vkcore.softmax(x, device=device)
+    assert snapshot(x) == before
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(vkcore.reference.softmax(x)))
+    np.testing.assert_allclose(y, vkcore.reference.softmax(x), atol=1e-6, rtol=0)
