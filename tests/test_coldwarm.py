@@ -89,6 +89,8 @@ def test_json_has_every_stage_for_every_condition_with_median_and_spread(run):
         "kernels": ["softmax-online"],
         "conditions": list(coldwarm.CONDITIONS),
         "repeats": 1,
+        "repeats_done": 1,
+        "max_seconds": 100.0,
     }
     for scope in (report["summary"]["pooled"], report["summary"]["per_kernel"]["softmax-online"]):
         assert set(scope) == set(coldwarm.CONDITIONS)
@@ -244,6 +246,46 @@ def test_every_kernel_case_runs_and_returns_host_data(device):
         run_once = case(device)
         result = np.asarray(run_once())
         assert result.size > 0 and np.isfinite(result.astype(np.float64)).all(), name
+
+
+def _fake_probe(condition, folders, kernels, selector):
+    """A probe that takes no time: one second on the fake clock per process."""
+    _fake_probe.now += 1.0
+    stages = {stage: 0.001 for stage in coldwarm.STAGES}
+    result = {
+        "stages": stages,
+        "pipelines": [],
+        "first_dispatch_device_seconds": None,
+        "second_dispatch_device_seconds": None,
+    }
+    data = {
+        "pid": int(_fake_probe.now),
+        "kernels": {k: result for k in kernels},
+        "pipeline_cache": {},
+        "close_seconds": 0.0,
+        "env": {},
+        "device": {"name": "fake", "driver_name": "fake", "driver_info": "", "driver_version": "0"},
+    }
+    return data, 1.0
+
+
+def test_max_seconds_stops_before_a_round_that_would_end_too_late(monkeypatch):
+    _fake_probe.now = 0.0
+    monkeypatch.setattr(coldwarm, "_run_probe", _fake_probe)
+    monkeypatch.setattr(coldwarm, "_clock", lambda: _fake_probe.now)
+    # 3 priming processes (3 s), then rounds of 4 processes (4 s): after 5 rounds the
+    # clock says 23 s and a sixth round would end at 27 s, past 25.
+    report = coldwarm.measure(["softmax-online"], repeats=10, max_seconds=25)
+    assert report["settings"]["repeats_done"] == 5 and len(report["samples"]) == 20
+    assert "5 repetitions (of 10" in coldwarm.format_report(report)
+    _fake_probe.now = 0.0
+    report = coldwarm.measure(["softmax-online"], repeats=2, max_seconds=None)
+    assert report["settings"]["repeats_done"] == 2
+    _fake_probe.now = 0.0
+    report = coldwarm.measure(["softmax-online"], repeats=3, max_seconds=0.5)
+    assert report["settings"]["repeats_done"] == 1  # the first round always runs
+    with pytest.raises(ValueError, match="max_seconds"):
+        coldwarm.measure(max_seconds=-1)
 
 
 def test_bad_arguments_are_named():

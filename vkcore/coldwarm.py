@@ -351,11 +351,16 @@ def measure(
     conditions: Sequence[str] | None = None,
     repeats: int = 3,
     *,
+    max_seconds: float | None = None,
     selector: str | None = None,
     progress: Progress | None = None,
     tmp_parent: str | None = None,
 ) -> dict[str, Any]:
     """Measure every kernel under every condition, ``repeats`` fresh processes each.
+
+    A repetition is one round over every condition and kernel. With ``max_seconds``, no
+    new round starts when the rounds so far say it would end past that time (the first
+    round always runs); the report's ``settings.repeats_done`` says how many ran.
 
     Returns the report (see :data:`SCHEMA`): settings, environment, every sample, the
     median/min/max per stage and condition (pooled over kernels and per kernel), the
@@ -370,35 +375,30 @@ def measure(
     )
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats must be a positive int, got {repeats!r}")
-    warm = [c for c in conditions if c != "cold"]
-    total = len(warm) + repeats * len(conditions) * len(kernels)
-    done = 0
-    started = time.perf_counter()
+    if max_seconds is not None and (
+        isinstance(max_seconds, bool)
+        or not isinstance(max_seconds, (int, float))
+        or max_seconds <= 0
+    ):
+        raise ValueError(f"max_seconds must be a positive number or None, got {max_seconds!r}")
+    run = _Run(kernels, conditions, repeats, selector, progress)
+    started = _clock()
     load_before = _load_average()
     root = Path(tempfile.mkdtemp(prefix="vkcore-coldwarm-", dir=tmp_parent))
-    samples: list[dict[str, Any]] = []
-    primed: dict[str, dict[str, Any]] = {}
     try:
-        for name in warm:
-            _tick(progress, done, total, f"priming {name}")
-            _run_probe(CONDITIONS[name], _folders(root / name), kernels, selector)
-            primed[name] = _cache_sizes(root / name)
-            done += 1
-        for rep in range(repeats):
-            for name in conditions:
-                for kernel in kernels:
-                    _tick(progress, done, total, f"{name} {kernel} #{rep + 1}")
-                    folder = root / name if name != "cold" else root / f"cold-{done}"
-                    samples.append(_sample(CONDITIONS[name], folder, kernel, rep, selector))
-                    if name == "cold":
-                        shutil.rmtree(folder)
-                    done += 1
-        _tick(progress, done, total, "done")
+        primed = run.prime(root)
+        rounds = run.rounds(root, started, max_seconds)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     report = {
         "schema": SCHEMA,
-        "settings": {"kernels": kernels, "conditions": conditions, "repeats": repeats},
+        "settings": {
+            "kernels": kernels,
+            "conditions": conditions,
+            "repeats": repeats,
+            "repeats_done": rounds,
+            "max_seconds": max_seconds,
+        },
         "conditions": {
             n: {
                 "description": CONDITIONS[n].description,
@@ -408,20 +408,79 @@ def measure(
             for n in conditions
         },
         "environment": {
-            **environment(samples),
+            **environment(run.samples),
             "load_average": {"before": load_before, "after": _load_average()},
         },
         "temp_root": str(root),
         "temp_root_removed": not root.exists(),
         "primed_cache_bytes": primed,
-        "samples": samples,
-        "elapsed_seconds": time.perf_counter() - started,
+        "samples": run.samples,
+        "elapsed_seconds": _clock() - started,
     }
-    summary = summarize(samples, conditions, kernels)
+    summary = summarize(run.samples, conditions, kernels)
     report["summary"] = summary
     report["ratios"] = ratios(summary["pooled"])
     report["findings"] = findings(report)
     return report
+
+
+# The parent's clock (a seam for tests of the time cap).
+_clock = time.perf_counter
+
+
+@dataclass
+class _Run:
+    """The parent's loop: priming processes, then rounds of samples."""
+
+    kernels: list[str]
+    conditions: list[str]
+    repeats: int
+    selector: str | None
+    progress: Progress | None
+
+    def __post_init__(self) -> None:
+        self.samples: list[dict[str, Any]] = []
+        self.warm = [c for c in self.conditions if c != "cold"]
+        self.total = len(self.warm) + self.repeats * len(self.conditions) * len(self.kernels)
+        self.done = 0
+
+    def tick(self, label: str) -> None:
+        if self.progress is not None:
+            self.progress(self.done, self.total, label)
+
+    def prime(self, root: Path) -> dict[str, dict[str, int]]:
+        """Fill each warm condition's folders with one process running every kernel."""
+        primed = {}
+        for name in self.warm:
+            self.tick(f"priming {name}")
+            _run_probe(CONDITIONS[name], _folders(root / name), self.kernels, self.selector)
+            primed[name] = _cache_sizes(root / name)
+            self.done += 1
+        return primed
+
+    def rounds(self, root: Path, started: float, max_seconds: float | None) -> int:
+        """Run the rounds; how many ran. Cold samples get new folders, removed at once."""
+        first_round = _clock()
+        rounds = 0
+        for rep in range(self.repeats):
+            if rep and max_seconds is not None:
+                per_round = (_clock() - first_round) / rep
+                if _clock() - started + per_round > max_seconds:
+                    break
+            for name in self.conditions:
+                for kernel in self.kernels:
+                    self.tick(f"{name} {kernel} #{rep + 1}")
+                    folder = root / name if name != "cold" else root / f"cold-{self.done}"
+                    self.samples.append(
+                        _sample(CONDITIONS[name], folder, kernel, rep, self.selector)
+                    )
+                    if name == "cold":
+                        shutil.rmtree(folder)
+                    self.done += 1
+            rounds = rep + 1
+        self.total = self.done
+        self.tick("done")
+        return rounds
 
 
 def _load_average() -> list[float] | None:
@@ -748,6 +807,16 @@ def _cell(s: dict[str, Any]) -> str:
     return f"{s['median'] * 1e3:.1f} [{s['min'] * 1e3:.1f}-{s['max'] * 1e3:.1f}]"
 
 
+def _repetitions(settings: dict[str, Any]) -> str:
+    done, asked = settings.get("repeats_done", settings["repeats"]), settings["repeats"]
+    if done >= asked:
+        return f"{done} repetitions"
+    return (
+        f"{done} repetitions (of {asked}: one more would have ended past "
+        f"--max-seconds {settings.get('max_seconds')})"
+    )
+
+
 def format_report(report: dict[str, Any]) -> str:
     """The readable report: environment line, table, per-kernel first results, findings."""
     env, settings = report["environment"], report["settings"]
@@ -755,7 +824,7 @@ def format_report(report: dict[str, Any]) -> str:
         f"device: {env.get('name')} ({env.get('driver_name')} {env.get('driver_info')}), vkcore "
         f"{env['vkcore_version']}, {env['cpu_count']} CPUs{_load_text(env.get('load_average'))}",
         f"{len(report['samples'])} fresh processes: {len(settings['kernels'])} kernels x "
-        f"{len(settings['conditions'])} conditions x {settings['repeats']} repetitions "
+        f"{len(settings['conditions'])} conditions x {_repetitions(settings)} "
         f"(+{len(report['primed_cache_bytes'])} priming), {report['elapsed_seconds']:.1f} s",
         "",
         format_table(report),

@@ -39,6 +39,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="fresh processes per kernel and condition (default 3)",
     )
     p.add_argument(
+        "--max-seconds",
+        type=float,
+        default=100.0,
+        help="start no repetition that would end past this many seconds; the first always "
+        "runs (default 100, 0 = no limit)",
+    )
+    p.add_argument(
         "--json", action="store_true", help="print the whole report (every sample) as JSON"
     )
     p.add_argument(
@@ -62,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
     conditions = coldwarm.check_names(_split(args.conditions), coldwarm.CONDITIONS, "--conditions")
     if args.repeats < 1:
         raise ValueError(f"--repeats must be at least 1, got {args.repeats}")
+    if args.max_seconds < 0:
+        raise ValueError(f"--max-seconds must be 0 (no limit) or positive, got {args.max_seconds}")
     if args.plot is not None:
         _check_plot_target(args.plot)
         if importlib.util.find_spec("matplotlib") is None:
@@ -72,7 +81,12 @@ def run(args: argparse.Namespace) -> int:
             return 2
     progress = ProgressBar(sys.stderr) if sys.stderr.isatty() else None
     report = coldwarm.measure(
-        kernels, conditions, args.repeats, selector=args.device, progress=progress
+        kernels,
+        conditions,
+        args.repeats,
+        max_seconds=args.max_seconds or None,
+        selector=args.device,
+        progress=progress,
     )
     if args.plot is not None:
         coldwarm.plot(report, args.plot)
