@@ -183,3 +183,27 @@ def test_many_long_rows(device, rng, alg):
     # than one workgroup may loop over (llvmpipe stops loops after 65,535 iterations).
     x = rng.standard_normal((8, 1 << 20)).astype(np.float32)
     check_accuracy(vkcore.softmax(x, algorithm=alg, device=device), x)
+
+
+def test_repeated_numpy_calls_resubmit_one_recording_with_fresh_data(device, rng):
+    sub = device.submitter
+    first = rng.standard_normal((3, 256)).astype(np.float32)
+    check_accuracy(vkcore.softmax(first, device=device), first)
+    hits = sub.reuse_hits
+    objects = device.live_objects()
+    for _ in range(5):
+        x = rng.standard_normal((3, 256)).astype(np.float32)  # new data, same shape
+        check_accuracy(vkcore.softmax(x, device=device), x)
+    assert sub.reuse_hits == hits + 5
+    assert device.live_objects() == objects, "a repeated call must not allocate anything"
+
+
+def test_destroyed_pooled_buffers_drop_their_recordings(device, rng):
+    from vkcore.memory import buffer_pool
+
+    x = rng.standard_normal((2, 4096)).astype(np.float32)
+    vkcore.softmax(x, device=device)
+    buffer_pool(device).clear()  # destroys the pooled buffers the recording references
+    hits = device.submitter.reuse_hits
+    check_accuracy(vkcore.softmax(x, device=device), x)
+    assert device.submitter.reuse_hits == hits, "a recording of destroyed buffers was reused"

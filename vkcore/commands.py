@@ -8,6 +8,7 @@ device lock, so several threads may share one Device.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
 _VK_TIMEOUT = 2
 _WAIT_SLICE_NS = 100_000_000  # wake up to let Python handle Ctrl-C
 _STAGING_MAX = 64 << 20
+# Recorded command buffers kept for repeated calls on long-lived buffers (see Submitter.run).
+_MAX_RECORDED = 32
 
 _COMPUTE = 0x800  # VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
 _TRANSFER = 0x1000
@@ -43,6 +46,15 @@ class Dispatch:
     buffers: tuple[Buffer, ...]
     push: bytes
     groups: tuple[int, int, int]
+
+
+@dataclass
+class _Recorded:
+    """A command buffer recorded once, with its descriptor sets, resubmitted on a repeat."""
+
+    command_buffer: Any
+    sets: list[Any]
+    buffer_ids: frozenset[int]
 
 
 class Submitter:
@@ -75,23 +87,94 @@ class Submitter:
             self.query_pool = pool[0]
         self.last_device_seconds: float | None = None
         self.live_descriptor_sets = 0  # allocated and not yet freed (Device.live_objects)
+        self._recorded: OrderedDict[tuple[Any, ...], _Recorded] = OrderedDict()
+        self.reuse_hits = 0  # submissions of an already recorded command buffer
 
     # ------------------------------------------------------------------ dispatch
     def run(self, dispatches: Sequence[Dispatch], *, timed: bool = True) -> float | None:
-        """Record, submit and wait for ``dispatches``; device seconds when timed."""
+        """Record, submit and wait for ``dispatches``; device seconds when timed.
+
+        When every buffer is long-lived (``Buffer.reusable``: pooled buffers, placeholders)
+        the recorded command buffer and its descriptor sets are kept, keyed by pipelines,
+        buffers, push constants and grid, and a repeat of the same call only resubmits it.
+        Destroying one of those buffers drops what referenced it (:meth:`forget_buffer`).
+        """
         dev = self.device
+        timed = timed and self.timestamps
         with dev.lock:
             dev.check()
-            sets = self._descriptor_sets(dispatches)
-            try:
-                self._record(dispatches, sets, timed and self.timestamps)
-                self._submit_and_wait()
-                seconds = self._elapsed() if timed and self.timestamps else None
-            finally:
-                self._free_sets(sets)
+            key = self._reuse_key(dispatches, timed)
+            if key is not None:
+                self._submit_and_wait(self._recorded_for(key, dispatches, timed).command_buffer)
+                seconds = self._elapsed() if timed else None
+            else:
+                sets = self._descriptor_sets(dispatches)
+                try:
+                    self._record(self.command_buffer, dispatches, sets, timed, one_time=True)
+                    self._submit_and_wait(self.command_buffer)
+                    seconds = self._elapsed() if timed else None
+                finally:
+                    self._free_sets(sets)
             self.last_device_seconds = seconds
             dev.check()
             return seconds
+
+    @staticmethod
+    def _reuse_key(dispatches: Sequence[Dispatch], timed: bool) -> tuple[Any, ...] | None:
+        """The cache key of a dispatch list on long-lived buffers only, else None."""
+        if not dispatches:
+            return None
+        parts: list[Any] = [timed]
+        for d in dispatches:
+            for buf in d.buffers:
+                if not buf.reusable or not buf.alive:
+                    return None
+            parts.append((id(d.pipeline), tuple(id(b) for b in d.buffers), d.push, d.groups))
+        return tuple(parts)
+
+    def _recorded_for(self, key: tuple[Any, ...], dispatches: Sequence[Dispatch], timed: bool) -> _Recorded:
+        rec = self._recorded.get(key)
+        if rec is not None:
+            self._recorded.move_to_end(key)
+            self.reuse_hits += 1
+            return rec
+        dev = self.device
+        ffi, lib = dev.ffi, dev.lib
+        sets = self._descriptor_sets(dispatches)
+        try:
+            keep = vkapi.Keep()
+            alloc = keep.struct(
+                "VkCommandBufferAllocateInfo", commandPool=dev.command_pool, level=0, commandBufferCount=1
+            )
+            out = ffi.new("VkCommandBuffer[1]")
+            vkapi.check(lib.vkAllocateCommandBuffers(dev.handle, alloc, out), "vkAllocateCommandBuffers")
+        except BaseException:
+            self._free_sets(sets)
+            raise
+        rec = _Recorded(out[0], sets, frozenset(id(b) for d in dispatches for b in d.buffers))
+        try:
+            self._record(rec.command_buffer, dispatches, sets, timed, one_time=False)
+        except BaseException:
+            self._release_recorded(rec)
+            raise
+        self._recorded[key] = rec
+        while len(self._recorded) > _MAX_RECORDED:
+            self._release_recorded(self._recorded.popitem(last=False)[1])
+        return rec
+
+    def _release_recorded(self, rec: _Recorded) -> None:
+        dev = self.device
+        if dev.handle is None:
+            return
+        self._free_sets(rec.sets)
+        arr = dev.ffi.new("VkCommandBuffer[1]", [rec.command_buffer])
+        dev.lib.vkFreeCommandBuffers(dev.handle, dev.command_pool, 1, arr)
+
+    def drop_recorded(self) -> None:
+        """Free every kept command buffer and its descriptor sets."""
+        with self.device.lock:
+            while self._recorded:
+                self._release_recorded(self._recorded.popitem()[1])
 
     def _descriptor_sets(self, dispatches: Sequence[Dispatch]) -> list[Any]:
         dev = self.device
@@ -113,7 +196,11 @@ class Submitter:
             pSetLayouts=layouts,
         )
         out = ffi.new("VkDescriptorSet[]", len(dispatches))
-        vkapi.check(lib.vkAllocateDescriptorSets(dev.handle, info, out), "vkAllocateDescriptorSets")
+        result = lib.vkAllocateDescriptorSets(dev.handle, info, out)
+        if result != 0 and self._recorded:  # the pool is shared with kept recordings
+            self.drop_recorded()
+            result = lib.vkAllocateDescriptorSets(dev.handle, info, out)
+        vkapi.check(result, "vkAllocateDescriptorSets")
         sets = [out[i] for i in range(len(dispatches))]
         self.live_descriptor_sets += len(sets)
         writes = []
@@ -143,28 +230,32 @@ class Submitter:
             dev.lib.vkFreeDescriptorSets(dev.handle, dev.descriptor_pool, len(sets), arr)
             self.live_descriptor_sets -= len(sets)
 
-    def _begin(self) -> None:
+    def _begin(self, cb: Any = None, *, one_time: bool = True) -> None:
         dev = self.device
+        cb = self.command_buffer if cb is None else cb
         keep = vkapi.Keep()
-        vkapi.check(dev.lib.vkResetCommandBuffer(self.command_buffer, 0), "vkResetCommandBuffer")
-        begin = keep.struct("VkCommandBufferBeginInfo", flags=vkapi.flag("VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT"))
-        vkapi.check(dev.lib.vkBeginCommandBuffer(self.command_buffer, begin), "vkBeginCommandBuffer")
+        vkapi.check(dev.lib.vkResetCommandBuffer(cb, 0), "vkResetCommandBuffer")
+        flags = vkapi.flag("VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT") if one_time else 0
+        begin = keep.struct("VkCommandBufferBeginInfo", flags=flags)
+        vkapi.check(dev.lib.vkBeginCommandBuffer(cb, begin), "vkBeginCommandBuffer")
 
-    def _barrier(self, src_stage: int, src: int, dst_stage: int, dst: int) -> None:
+    def _barrier(self, src_stage: int, src: int, dst_stage: int, dst: int, cb: Any = None) -> None:
         dev = self.device
         barrier = dev.ffi.new(
             "VkMemoryBarrier*",
             {"sType": vkapi.structure_type("VkMemoryBarrier"), "srcAccessMask": src, "dstAccessMask": dst},
         )
         dev.lib.vkCmdPipelineBarrier(
-            self.command_buffer, src_stage, dst_stage, 0, 1, barrier, 0, dev.ffi.NULL, 0, dev.ffi.NULL
+            self.command_buffer if cb is None else cb,
+            src_stage, dst_stage, 0, 1, barrier, 0, dev.ffi.NULL, 0, dev.ffi.NULL,
         )
 
-    def _record(self, dispatches: Sequence[Dispatch], sets: list[Any], timed: bool) -> None:
+    def _record(
+        self, cb: Any, dispatches: Sequence[Dispatch], sets: list[Any], timed: bool, *, one_time: bool
+    ) -> None:
         dev = self.device
         ffi, lib = dev.ffi, dev.lib
-        cb = self.command_buffer
-        self._begin()
+        self._begin(cb, one_time=one_time)
         if timed:
             lib.vkCmdResetQueryPool(cb, self.query_pool, 0, 2)
             lib.vkCmdWriteTimestamp(cb, _TOP, self.query_pool, 0)
@@ -172,7 +263,7 @@ class Submitter:
         set_arr = ffi.new("VkDescriptorSet[1]")
         for i, (d, dset) in enumerate(zip(dispatches, sets, strict=True)):
             if i:
-                self._barrier(_COMPUTE, _SHADER_WRITE, _COMPUTE, _SHADER_READ | _SHADER_WRITE)
+                self._barrier(_COMPUTE, _SHADER_WRITE, _COMPUTE, _SHADER_READ | _SHADER_WRITE, cb)
             lib.vkCmdBindPipeline(cb, bind_point, d.pipeline.handle)
             set_arr[0] = dset
             lib.vkCmdBindDescriptorSets(cb, bind_point, d.pipeline.layout, 0, 1, set_arr, 0, ffi.NULL)
@@ -180,16 +271,16 @@ class Submitter:
                 push = ffi.new("char[]", d.push)
                 lib.vkCmdPushConstants(cb, d.pipeline.layout, 0x20, 0, len(d.push), push)
             lib.vkCmdDispatch(cb, *d.groups)
-        self._barrier(_COMPUTE, _SHADER_WRITE, _HOST, _HOST_READ)
+        self._barrier(_COMPUTE, _SHADER_WRITE, _HOST, _HOST_READ, cb)
         if timed:
             lib.vkCmdWriteTimestamp(cb, _BOTTOM, self.query_pool, 1)
         vkapi.check(lib.vkEndCommandBuffer(cb), "vkEndCommandBuffer")
 
-    def _submit_and_wait(self) -> None:
+    def _submit_and_wait(self, cb: Any = None) -> None:
         dev = self.device
         ffi, lib = dev.ffi, dev.lib
         keep = vkapi.Keep()
-        cbs = keep.new("VkCommandBuffer[1]", [self.command_buffer])
+        cbs = keep.new("VkCommandBuffer[1]", [self.command_buffer if cb is None else cb])
         submit = keep.struct("VkSubmitInfo", commandBufferCount=1, pCommandBuffers=cbs)
         vkapi.check(lib.vkQueueSubmit(dev.queue, 1, submit, self.fence), "vkQueueSubmit")
         fences = keep.new("VkFence[1]", [self.fence])
@@ -264,13 +355,19 @@ class Submitter:
 
     # ------------------------------------------------------------------ lifetime
     def forget_buffer(self, buffer: Buffer) -> None:
-        """Hook for caches that reference ``buffer`` (called before it is destroyed)."""
+        """Drop kept recordings that reference ``buffer`` (called before it is destroyed)."""
+        if not self._recorded:
+            return
+        gone = id(buffer)
+        for key in [k for k, rec in self._recorded.items() if gone in rec.buffer_ids]:
+            self._release_recorded(self._recorded.pop(key))
 
     def destroy(self) -> None:
         dev = self.device
         ffi, lib = dev.ffi, dev.lib
         if dev.handle is None:
             return
+        self.drop_recorded()
         if self.staging is not None:
             self.staging.destroy()
             self.staging = None

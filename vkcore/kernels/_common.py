@@ -49,6 +49,7 @@ def dummy_buffer(device: Device) -> Buffer:
     buf = _dummies.get(device)
     if buf is None or not buf.alive:
         buf = Buffer(device, 256)
+        buf.reusable = True  # lives as long as the device: recorded commands may keep it
         _dummies[device] = buf
     return buf
 
