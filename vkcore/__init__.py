@@ -22,3 +22,18 @@ __all__ = [
 from .kernels.softmax import softmax  # noqa: E402
 
 __all__ += ["softmax"]
+
+from .kernels.matvec import F32Matrix, matvec, matvec_f32  # noqa: E402
+from .kernels.quant import QuantizedTensor, dequantize, quantize  # noqa: E402
+from .quant_report import QuantError, quant_error  # noqa: E402
+
+__all__ += [
+    "F32Matrix",
+    "QuantError",
+    "QuantizedTensor",
+    "dequantize",
+    "matvec",
+    "matvec_f32",
+    "quant_error",
+    "quantize",
+]

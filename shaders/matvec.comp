@@ -1,0 +1,192 @@
+#version 450
+// Matrix-vector products over row-major weights whose rows are padded to whole 16-byte
+// blocks (int8/uint8 weights) or 16-float blocks (float32 weights), padding = the row's
+// zero point, so padded columns contribute exactly 0.
+//
+// MODE 0: float activations:    y_i = s_i * sum_j (Q_ij - z_i) x_j + b_i   (float32 sums)
+// MODE 1: int8 activations:     acc_i = sum_j (Q_ij - z_i) qx_j             (int32, exact)
+// MODE 2: uint8 activations:    acc_i = sum_j (Q_ij - z_i) qx_j - z_x V_i   (int32, exact)
+//         and then y_i = float(s_i * s_x) * float(acc_i) + b_i, each step rounded once.
+// MODE 3: float32 weights:      y_i = sum_j W_ij x_j + b_i                   (the baseline)
+// MODE 4: row sums:             V_i = sum_j (Q_ij - z_i), stored in `rowsum`.
+//
+// A workgroup computes ROWS consecutive rows; its invocations stride over the row's
+// 16-element blocks, loading each activation block once for all ROWS rows. Integer
+// results are exact as long as the true value fits in int32 (wrap-around arithmetic);
+// the host refuses shapes where it might not.
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+
+layout(local_size_x_id = 0) in;
+
+#if MODE == 3
+layout(std430, binding = 0) readonly buffer Wt { vec4 wf[]; };
+#else
+layout(std430, binding = 0) readonly buffer Wt { uvec4 wq[]; };
+#endif
+layout(std430, binding = 1) readonly buffer S { float scale[]; };
+layout(std430, binding = 2) readonly buffer Z { int zero_point[]; };
+#if MODE == 4
+layout(std430, binding = 3) writeonly buffer V { int rowsum[]; };
+#else
+layout(std430, binding = 3) readonly buffer V { int rowsum[]; };
+#endif
+#if MODE == 1 || MODE == 2
+// Quantized activations: s_x and z_x, then the packed values (written by quantize_act).
+layout(std430, binding = 4) readonly buffer QX { float s_x; int z_x; int pad0; int pad1; uvec4 qx[]; };
+#else
+layout(std430, binding = 4) readonly buffer XS { float xs[]; };
+#endif
+layout(std430, binding = 5) readonly buffer XV { vec4 xv[]; };
+layout(std430, binding = 6) readonly buffer B { float bias[]; };
+layout(std430, binding = 7) writeonly buffer Y { float y[]; };
+
+layout(push_constant) uniform Push {
+    uint blocks;        // 16-element blocks per stored row
+    uint n;             // true row length
+    uint rows;          // rows in this weight chunk
+    uint row0;          // global index of the chunk's first row
+    uint group_stride;  // 1: scale per row, 0: one scale
+    uint has_bias;
+    uint out_acc;       // 1: store the int32 accumulators (bit cast) instead of y
+} pc;
+
+#if MODE == 0 || MODE == 3
+#define ACC_T vec4
+#define ZERO vec4(0.0)
+#else
+#define ACC_T ivec4
+#define ZERO ivec4(0)
+#endif
+
+shared ACC_T sh_acc[ROWS][gl_WorkGroupSize.x];
+
+// The 4 weights of one packed word as signed integers Q - z.
+ivec4 weights4(uint word, int z) {
+#if WSIGNED
+    int s = int(word);
+    ivec4 v = ivec4(bitfieldExtract(s, 0, 8), bitfieldExtract(s, 8, 8), bitfieldExtract(s, 16, 8),
+                    bitfieldExtract(s, 24, 8));
+#else
+    ivec4 v = ivec4(bitfieldExtract(word, 0, 8), bitfieldExtract(word, 8, 8), bitfieldExtract(word, 16, 8),
+                    bitfieldExtract(word, 24, 8));
+#endif
+#if ASYM
+    v -= ivec4(z);
+#endif
+    return v;
+}
+
+ivec4 acts4(uint word) {
+#if MODE == 1
+    int s = int(word);
+    return ivec4(bitfieldExtract(s, 0, 8), bitfieldExtract(s, 8, 8), bitfieldExtract(s, 16, 8),
+                 bitfieldExtract(s, 24, 8));
+#else
+    return ivec4(bitfieldExtract(word, 0, 8), bitfieldExtract(word, 8, 8), bitfieldExtract(word, 16, 8),
+                 bitfieldExtract(word, 24, 8));
+#endif
+}
+
+int group_of(uint row) { return int(row * pc.group_stride); }
+
+// Sum of the accumulator over the workgroup; valid in invocation 0.
+ACC_T workgroup_sum(ACC_T v, uint r) {
+    ACC_T total = subgroupAdd(v);
+    if (gl_NumSubgroups == 1u) return total;
+    if (subgroupElect()) sh_acc[r][gl_SubgroupID] = total;
+    barrier();
+    total = ZERO;
+    for (uint i = 0u; i < gl_NumSubgroups; ++i) total += sh_acc[r][i];
+    barrier();
+    return total;
+}
+
+void main() {
+    uint group = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    uint first = group * uint(ROWS);
+    if (first >= pc.rows) return;  // whole workgroup: uniform
+    uint lane = gl_LocalInvocationID.x;
+    uint stride = gl_WorkGroupSize.x;
+    int z[ROWS];
+    ACC_T acc[ROWS];
+    for (int r = 0; r < ROWS; ++r) {
+        uint lr = min(first + uint(r), pc.rows - 1u);  // rows past the end redo the last one
+        z[r] = zero_point[group_of(pc.row0 + lr)];
+        acc[r] = ZERO;
+    }
+    uint full = pc.blocks;
+#if MODE == 0 || MODE == 3
+    full = pc.n / 16u;  // the partial last block reads x element by element
+#endif
+    for (uint b = lane; b < full; b += stride) {
+#if MODE == 0 || MODE == 3
+        vec4 x0 = xv[4u * b], x1 = xv[4u * b + 1u], x2 = xv[4u * b + 2u], x3 = xv[4u * b + 3u];
+#elif MODE == 1 || MODE == 2
+        uvec4 a = qx[b];
+        ivec4 a0 = acts4(a.x), a1 = acts4(a.y), a2 = acts4(a.z), a3 = acts4(a.w);
+#endif
+        for (int r = 0; r < ROWS; ++r) {
+            uint lr = min(first + uint(r), pc.rows - 1u);
+#if MODE == 3
+            uint base = (lr * pc.blocks + b) * 4u;
+            acc[r] += wf[base] * x0 + wf[base + 1u] * x1 + wf[base + 2u] * x2 + wf[base + 3u] * x3;
+#else
+            uvec4 w = wq[lr * pc.blocks + b];
+#if MODE == 0
+            acc[r] += vec4(weights4(w.x, z[r])) * x0 + vec4(weights4(w.y, z[r])) * x1
+                    + vec4(weights4(w.z, z[r])) * x2 + vec4(weights4(w.w, z[r])) * x3;
+#elif MODE == 4
+            acc[r] += weights4(w.x, z[r]) + weights4(w.y, z[r]) + weights4(w.z, z[r]) + weights4(w.w, z[r]);
+#else
+            acc[r] += weights4(w.x, z[r]) * a0 + weights4(w.y, z[r]) * a1 + weights4(w.z, z[r]) * a2
+                    + weights4(w.w, z[r]) * a3;
+#endif
+#endif
+        }
+    }
+#if MODE == 0 || MODE == 3
+    // The partial last block: one invocation, element by element.
+    if (full < pc.blocks && lane == full % stride) {
+        for (uint j = full * 16u; j < pc.n; ++j) {
+            float xj = xs[j];
+            for (int r = 0; r < ROWS; ++r) {
+                uint lr = min(first + uint(r), pc.rows - 1u);
+#if MODE == 3
+                float wj = wf[(lr * pc.blocks * 16u + j) / 4u][j % 4u];
+#else
+                uint word = wq[lr * pc.blocks + j / 16u][(j / 4u) % 4u];
+                float wj = float(weights4(word, z[r])[j % 4u]);
+#endif
+                acc[r].x += wj * xj;
+            }
+        }
+    }
+#endif
+    for (int r = 0; r < ROWS; ++r) {
+        ACC_T t = workgroup_sum(acc[r], uint(r));
+        uint lr = first + uint(r);
+        if (lane != 0u || lr >= pc.rows) continue;
+        uint row = pc.row0 + lr;
+        float b = pc.has_bias != 0u ? bias[row] : 0.0;
+#if MODE == 0
+        precise float dotv = (t.x + t.y) + (t.z + t.w);
+        precise float out_v = scale[group_of(row)] * dotv + b;
+        y[row] = out_v;
+#elif MODE == 3
+        precise float out_v = ((t.x + t.y) + (t.z + t.w)) + b;
+        y[row] = out_v;
+#elif MODE == 4
+        rowsum[row] = (t.x + t.y) + (t.z + t.w);
+#else
+        int total = (t.x + t.y) + (t.z + t.w);
+#if MODE == 2
+        total -= z_x * rowsum[row];
+#endif
+        precise float sxy = scale[group_of(row)] * s_x;
+        precise float prod = sxy * float(total);
+        precise float out_v = prod + b;
+        y[row] = pc.out_acc != 0u ? intBitsToFloat(total) : out_v;
+#endif
+    }
+}

@@ -1,0 +1,43 @@
+// Exact round-to-nearest-even of a real quotient w / s, using only operations that the
+// Vulkan spec makes exact or correctly rounded (OpFMul, OpFAdd, OpFSub, ldexp, compares).
+// Division is only used for a candidate, which the exact comparisons then correct.
+//
+// Contract of exact_round(w, s): s is normalized into [1, 2), |w / s| < 1024, w normal or
+// zero. The result is the integer nearest to the real quotient w / s, ties to even.
+//
+// Why it is exact: with s = s_hi + s_lo (12 significant bits each) and h = k +- 0.5
+// (at most 11 significant bits), h * s_hi and h * s_lo are exact float32 products, and
+// w - h * s_hi is exact by Sterbenz's lemma whenever the comparison is close; when it is
+// not close, its rounding cannot change the sign of w - h * s.
+
+// Sign of w - h * s, exactly: -1, 0 or 1.
+int sign_of_residual(float w, float h, float s_hi, float s_lo) {
+    precise float a = h * s_hi;
+    precise float b = h * s_lo;
+    precise float d = w - a;
+    precise float e = d - b;
+    return e > 0.0 ? 1 : (e < 0.0 ? -1 : 0);
+}
+
+// Of the integers `lower` and `lower + 1`, the even one (integer test: no division).
+float even_of(float lower) {
+    return (int(lower) & 1) == 0 ? lower : lower + 1.0;
+}
+
+float exact_round(float w, float s) {
+    float s_hi = uintBitsToFloat(floatBitsToUint(s) & 0xfffff000u);
+    precise float s_lo = s - s_hi;
+    float k = roundEven(w * (1.0 / s));  // candidate, off by at most one near a tie
+    int up = sign_of_residual(w, k + 0.5, s_hi, s_lo);
+    if (up > 0) return k + 1.0;
+    if (up == 0) return even_of(k);
+    int down = sign_of_residual(w, k - 0.5, s_hi, s_lo);
+    if (down < 0) return k - 1.0;
+    if (down == 0) return even_of(k - 1.0);
+    return k;
+}
+
+// Subnormal inputs count as zero on every device (some Vulkan devices flush them).
+float flush_subnormal(float v) {
+    return (floatBitsToUint(v) & 0x7f800000u) == 0u ? 0.0 : v;
+}

@@ -1,0 +1,80 @@
+#version 450
+// Per-tensor quantization of an activation vector on the device, in one workgroup:
+// the range of x, then s_x (and z_x), then the packed values, all in one dispatch.
+//
+// ACT 1 (int8, symmetric):   s_x = max|x| * c,  c = float32(1/127),  q in [-127, 127]
+// ACT 2 (uint8, asymmetric): lo = min(x, 0), hi = max(x, 0), s_x = hi * c - lo * c,
+//                            c = float32(1/255), z_x = roundEven(-lo / s_x), q in [0, 255]
+// q = clamp(roundEven(x / s_x) + z_x, qmin, qmax) with the exact quotient. Subnormal x
+// count as 0; a range below 2^-96 gives s_x = 1, z_x = 0 and all q = 0. Padding words
+// (columns past n) are 0. Output: s_x, z_x, two pad words, then the packed values.
+#extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#include "quant_common.glsl"
+
+layout(local_size_x_id = 0) in;
+
+layout(std430, binding = 0) readonly buffer X { float x[]; };
+layout(std430, binding = 1) writeonly buffer QX { float s_x; int z_x; int pad0; int pad1; uint qx[]; };
+
+layout(push_constant) uniform Push {
+    uint n;        // length of x
+    uint words;    // packed words to write (row stride / 4)
+    float c;       // float32(1/127) or float32(1/255), exact bits from the host
+    float tiny;    // 2^-96
+} pc;
+
+shared float sh_lo[gl_WorkGroupSize.x];
+shared float sh_hi[gl_WorkGroupSize.x];
+
+void main() {
+    uint lane = gl_LocalInvocationID.x;
+    float lo = 0.0, hi = 0.0;
+    for (uint i = lane; i < pc.n; i += gl_WorkGroupSize.x) {
+        float v = flush_subnormal(x[i]);
+        lo = min(lo, v);
+        hi = max(hi, v);
+    }
+    lo = subgroupMin(lo);
+    hi = subgroupMax(hi);
+    if (subgroupElect()) { sh_lo[gl_SubgroupID] = lo; sh_hi[gl_SubgroupID] = hi; }
+    barrier();
+    for (uint i = 0u; i < gl_NumSubgroups; ++i) { lo = min(lo, sh_lo[i]); hi = max(hi, sh_hi[i]); }
+
+#if ACT == 1
+    const int qmin = -127, qmax = 127;
+    float amax = max(hi, -lo);
+    precise float s = amax * pc.c;
+    int z = 0;
+    bool empty = amax < pc.tiny;
+#else
+    const int qmin = 0, qmax = 255;
+    precise float s = hi * pc.c - lo * pc.c;
+    bool empty = max(hi, -lo) < pc.tiny;
+    int z = 0;
+#endif
+    if (empty) s = 1.0;
+    // Normalize s into [1, 2); scaling both sides by 2^e keeps every quotient exact.
+    int ex;
+    float mant = frexp(s, ex);
+    float s_norm = ldexp(mant, 1);
+    int e = 1 - ex;
+#if ACT == 2
+    if (!empty) z = clamp(int(exact_round(ldexp(-lo, e), s_norm)), qmin, qmax);
+#endif
+    if (lane == 0u) { s_x = s; z_x = z; pad0 = 0; pad1 = 0; }
+    for (uint word = lane; word < pc.words; word += gl_WorkGroupSize.x) {
+        uint packed = 0u;
+        for (uint k = 0u; k < 4u; ++k) {
+            uint col = word * 4u + k;
+            int v = 0;
+            if (col < pc.n && !empty) {
+                float xv = ldexp(flush_subnormal(x[col]), e);
+                v = clamp(int(exact_round(xv, s_norm)) + z, qmin, qmax);
+            }
+            packed |= (uint(v) & 0xffu) << (8u * k);
+        }
+        qx[word] = packed;
+    }
+}

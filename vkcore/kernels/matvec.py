@@ -1,0 +1,330 @@
+"""Matrix-vector products with quantized weights, and the float32 baseline.
+
+``matvec(qt, x, bias=None, activations=...)`` with ``v_ij = Q_ij - z_i`` (``z_i = 0`` for
+symmetric weights; asymmetric weights are supported through this correction):
+
+* ``"float"`` (weight-only): ``y_i = s_i * sum_j v_ij x_j + b_i``; float32 sums, the scale
+  applied once per output after the sum. Accuracy: within float32 summation error of
+  the float64 reference, ``|err_i| <= 1e-6 * s_i * sum_j |v_ij x_j| * sqrt(n)`` in tests.
+* ``"int8"`` (full integer): x is quantized per tensor, symmetric, on the device
+  (:func:`vkcore.reference.quantize_activations`); ``acc_i = sum_j v_ij qx_j`` in int32.
+* ``"uint8"``: x quantized asymmetrically with zero point ``z_x``;
+  ``acc_i = sum_j v_ij qx_j - z_x V_i`` with ``V_i = sum_j v_ij`` computed once per
+  weight tensor on the device and reused by every call.
+* integer modes: ``y_i = float32(s_i s_x) * float32(acc_i) + b_i``, each step one float32
+  rounding, so y equals :func:`vkcore.reference.matvec` bit for bit and ``acc`` equals
+  an int64 reference exactly.
+
+int32 overflow: ``|acc_i| <= vmax * amax * n`` with ``vmax`` = 2^(b-1)-1 (symmetric) or
+2^b-1 (asymmetric weights) and ``amax`` = 127 (int8) or 255 (uint8). Calls with
+``n > max_exact_n(...)`` raise ValueError rather than risk a wrong answer (8-bit symmetric
+weights: n <= 133,144 with int8 activations, n <= 66,311 with uint8).
+
+The kernel reads 16 weights per 32-bit-word quadruple (``uvec4`` loads, bytes unpacked
+with ``bitfieldExtract``), so it needs neither 8-bit storage nor int8 arithmetic; a
+workgroup is one subgroup computing ``ROWS`` rows, reusing each loaded activation block.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import spirv
+from ..commands import Dispatch
+from ..device import Device, resolve
+from ..memory import Buffer, Tensor
+from . import _common as c
+from .quant import BLOCK, Chunk, QuantizedTensor, grid_rows, row_slices, rows_per_buffer
+
+ACTIVATIONS = ("float", "int8", "uint8")
+MODES = {"float": 0, "int8": 1, "uint8": 2}
+MODE_F32, MODE_ROWSUM = 3, 4
+ROWS = 4  # rows per workgroup: each activation block loaded serves 4 rows
+ACC_LIMIT = 2**31 - 1
+ACT_MAX = {"int8": 127, "uint8": 255}
+ACT_INV = {"int8": np.float32(1 / 127), "uint8": np.float32(1 / 255)}
+ACT_TINY = np.float32(2.0**-96)
+ACT_WORKGROUP = 64
+_BUFFERS = 8
+# (WSIGNED, ASYM): int8 storage for symmetric weights, uint8 with zero points otherwise.
+_STORAGE = ((1, 0), (0, 1))
+
+
+def _defines(mode: int, signed: bool, asym: bool) -> dict[str, int]:
+    return {"MODE": mode, "ROWS": ROWS, "WSIGNED": int(signed), "ASYM": int(asym)}
+
+
+# Every shader variant the functions below can request (precompiled into the wheel).
+spirv.register_variants(
+    "matvec.comp",
+    [
+        _defines(mode, bool(sg), bool(asym))
+        for mode in (0, 1, 2, MODE_ROWSUM)
+        for sg, asym in _STORAGE
+    ]
+    + [_defines(MODE_F32, True, False)],
+)
+spirv.register_variants("quantize_act.comp", [{"ACT": 1}, {"ACT": 2}])
+
+
+def max_exact_n(bits: int, symmetric: bool, activations: str) -> int:
+    """Largest row length whose int32 accumulator provably cannot overflow:
+    ``ACC_LIMIT // (vmax * amax)`` (see the module docstring)."""
+    vmax = 2 ** (bits - 1) - 1 if symmetric else 2**bits - 1
+    return ACC_LIMIT // (vmax * ACT_MAX[activations])
+
+
+def workgroup_size(device: Device) -> int:
+    """One subgroup per workgroup where the device reports a size (8 on lavapipe)."""
+    size = int(device.info.subgroup_size or 0)
+    return size if 4 <= size <= 128 else 32
+
+
+# --------------------------------------------------------------------------- the fp32 baseline
+class F32Matrix:
+    """float32 weights resident on the device, in the same padded row layout as
+    :class:`QuantizedTensor` (rows padded to 16 floats, split by rows across buffers)."""
+
+    def __init__(self, w: Any, device: Device | None = None) -> None:
+        dev = resolve(device)
+        data = c.float_input(w, "w")
+        arr = data.numpy() if isinstance(data, Tensor) else data
+        if arr.ndim != 2 or 0 in arr.shape:
+            raise ValueError(f"w must be a non-empty 2-D matrix, got shape {arr.shape}")
+        m, n = arr.shape
+        self.device = dev
+        self.shape = (m, n)
+        self.row_floats = c.ceil_div(n, BLOCK) * BLOCK
+        per_buffer = rows_per_buffer(dev, 4 * self.row_floats, "float32 weights")
+        self.chunks: list[Chunk] = []
+        padded = np.zeros((min(m, per_buffer), self.row_floats), dtype=np.float32)
+        for row0, rows in row_slices(m, per_buffer):
+            padded[:rows, :n] = arr[row0 : row0 + rows]
+            buf = Buffer(dev, rows * self.row_floats * 4)
+            buf.write(padded[:rows])
+            self.chunks.append(Chunk(row0, rows, buf))
+        self.scratch: dict[str, Buffer] = {}
+
+    scratch_buffer = QuantizedTensor.scratch_buffer
+
+    def release(self) -> None:
+        for ch in self.chunks:
+            ch.buffer.destroy()
+        for buf in self.scratch.values():
+            buf.destroy()
+        self.scratch.clear()
+
+
+def matvec_f32(w: Any, x: Any, *, bias: Any = None, device: Device | None = None) -> Any:
+    """``y = W x + b`` in float32 on the device: the honest baseline for :func:`matvec`.
+
+    ``w`` is a 2-D float array (uploaded for this call) or an :class:`F32Matrix` (already
+    resident). ``x``: numpy vector or Tensor of length n; numpy in, numpy out.
+    """
+    if isinstance(w, F32Matrix):
+        if device is not None and device is not w.device:
+            raise ValueError("device must be the F32Matrix's own device (or None)")
+        return _matvec(w, x, bias, MODE_F32, "float")
+    mat = F32Matrix(w, device)
+    try:
+        return _matvec(mat, x, bias, MODE_F32, "float")
+    finally:
+        mat.release()
+
+
+# --------------------------------------------------------------------------- quantized
+def matvec(
+    qt: QuantizedTensor,
+    x: Any,
+    *,
+    bias: Any = None,
+    activations: str = "float",
+    device: Device | None = None,
+) -> Any:
+    """``y = W_hat x + b`` with quantized weights ``qt``; see the module docstring.
+
+    ``x``: a float vector of length n (numpy or a float32 Tensor on qt's device); numpy
+    in, numpy out, Tensor in, Tensor out. ``bias``: None or a float vector of length m.
+    ``activations``: "float", "int8" or "uint8".
+    """
+    _check_call(qt, activations, device)
+    return _matvec(qt, x, bias, MODES[activations], activations)
+
+
+def integer_accumulators(qt: QuantizedTensor, x: Any, activations: str = "int8") -> np.ndarray:
+    """The int32 accumulators ``acc_i`` of an integer-mode matvec, as numpy int32.
+
+    For checks and tests: they equal :func:`vkcore.reference.matvec_accumulators`.
+    """
+    if activations not in ("int8", "uint8"):
+        raise ValueError(f"activations must be 'int8' or 'uint8', got {activations!r}")
+    _check_call(qt, activations, None)
+    y = _matvec(qt, x, None, MODES[activations], activations, out_acc=True)
+    arr = y.numpy() if isinstance(y, Tensor) else y
+    return arr.view(np.int32)
+
+
+def _check_call(qt: Any, activations: Any, device: Device | None) -> None:
+    if not isinstance(qt, QuantizedTensor):
+        raise TypeError(f"qt must be a vkcore.QuantizedTensor, got {type(qt).__name__}")
+    if activations not in ACTIVATIONS:
+        raise ValueError(f"activations must be one of {ACTIVATIONS}, got {activations!r}")
+    if device is not None and device is not qt.device:
+        raise ValueError("device must be the QuantizedTensor's own device (or None)")
+    if activations != "float":
+        limit = max_exact_n(qt.bits, qt.symmetric, activations)
+        if qt.shape[1] > limit:
+            kind = "symmetric" if qt.symmetric else "asymmetric"
+            raise ValueError(
+                f"n = {qt.shape[1]} inputs could overflow the int32 accumulator with {activations} "
+                f"activations and {qt.bits}-bit {kind} weights "
+                f"(exact up to n = {limit}); use activations='float' or split the layer"
+            )
+
+
+def _vector(x: Any, n: int, dev: Device, name: str) -> np.ndarray | Tensor:
+    data = c.float_input(x, name)
+    if isinstance(data, Tensor):
+        if data.device is not dev:
+            raise ValueError(f"{name} must be on the weights' device")
+        if data.shape != (n,):
+            raise ValueError(f"{name} must have shape ({n},), got {data.shape}")
+        return data
+    if data.shape != (n,):
+        raise ValueError(f"{name} must have shape ({n},), got {data.shape}")
+    return c.as_float32(data)
+
+
+def _matvec(
+    mat: QuantizedTensor | F32Matrix,
+    x: Any,
+    bias: Any,
+    mode: int,
+    activations: str,
+    out_acc: bool = False,
+) -> Any:
+    dev = mat.device
+    dev.check()
+    m, n = mat.shape
+    xv = _vector(x, n, dev, "x")
+    bv = None if bias is None else _vector(bias, m, dev, "bias")
+    with dev.lock:
+        xbuf = _input_buffer(mat, xv, "x")
+        bbuf = c.dummy_buffer(dev) if bv is None else _input_buffer(mat, bv, "bias")
+        y_tensor = Tensor.empty((m,), np.float32, dev) if isinstance(xv, Tensor) else None
+        ybuf = y_tensor.buffer if y_tensor is not None else mat.scratch_buffer("y", 4 * m)
+        assert ybuf is not None
+        steps = _steps(mat, mode, xbuf, bbuf, ybuf, bv is not None, out_acc)
+        dev.submitter.run(steps)
+        if y_tensor is not None:
+            return y_tensor
+        out = np.empty(m, dtype=np.float32)
+        ybuf.read(out)
+        return out
+
+
+def _input_buffer(mat: QuantizedTensor | F32Matrix, v: np.ndarray | Tensor, name: str) -> Buffer:
+    if isinstance(v, Tensor):
+        assert v.buffer is not None
+        return v.buffer
+    buf = mat.scratch_buffer(name, v.nbytes)
+    buf.write(v)
+    return buf
+
+
+def _steps(
+    mat: QuantizedTensor | F32Matrix,
+    mode: int,
+    xbuf: Buffer,
+    bbuf: Buffer,
+    ybuf: Buffer,
+    has_bias: bool,
+    out_acc: bool,
+) -> list[Dispatch]:
+    dev = mat.device
+    dummy = c.dummy_buffer(dev)
+    steps: list[Dispatch] = []
+    if isinstance(mat, F32Matrix):
+        pipe = _pipeline(dev, MODE_F32, True, False)
+        blocks = mat.row_floats // BLOCK
+        scale = zero = rowsum = dummy
+        per_channel = 0
+    else:
+        pipe = _pipeline(dev, mode, mat.symmetric, not mat.symmetric)
+        blocks = mat.row_bytes // BLOCK
+        scale, zero = mat.scale_tensor.buffer, mat.zero_point_tensor.buffer
+        assert scale is not None and zero is not None
+        per_channel = int(mat.per_channel)
+        rowsum = dummy
+        if mode == MODES["uint8"]:
+            rowsum = _rowsum(mat, steps)
+    act, act_vec = xbuf, xbuf
+    if mode in (1, 2):
+        act = _quantize_activations(mat, xbuf, mode, steps)
+        act_vec = dummy
+    n = mat.shape[1]
+    for ch in mat.chunks:
+        push = c.pack_u32(blocks, n, ch.rows, ch.row0, per_channel, int(has_bias), int(out_acc))
+        buffers = (ch.buffer, scale, zero, rowsum, act, act_vec, bbuf, ybuf)
+        steps.append(Dispatch(pipe, buffers, push, _grid(dev, ch.rows)))
+    return steps
+
+
+def _grid(dev: Device, rows: int) -> tuple[int, int, int]:
+    groups = c.ceil_div(rows, ROWS)
+    gx = min(groups, int(dev.info.max_compute_work_group_count[0]))
+    gy = c.ceil_div(groups, gx)
+    if gy > grid_rows(dev):
+        raise ValueError(
+            f"{rows} rows need more workgroups than this device allows; split the matrix"
+        )
+    return gx, gy, 1
+
+
+def _pipeline(dev: Device, mode: int, signed: bool, asym: bool) -> Any:
+    return dev.pipeline(
+        "matvec.comp",
+        defines=_defines(mode, signed, asym),
+        spec={0: workgroup_size(dev)},
+        buffers=_BUFFERS,
+        push_size=28,
+    )
+
+
+def _rowsum(qt: QuantizedTensor, steps: list[Dispatch]) -> Buffer:
+    """V_i = sum_j (Q_ij - z_i), computed on the device once per weight tensor."""
+    if qt.rowsum is not None and qt.rowsum.alive:
+        return qt.rowsum
+    dev = qt.device
+    m = qt.shape[0]
+    qt.rowsum = Buffer(dev, 4 * m)
+    pipe = _pipeline(dev, MODE_ROWSUM, qt.symmetric, not qt.symmetric)
+    dummy = c.dummy_buffer(dev)
+    scale, zero = qt.scale_tensor.buffer, qt.zero_point_tensor.buffer
+    assert scale is not None and zero is not None
+    for ch in qt.chunks:
+        push = c.pack_u32(
+            qt.row_bytes // BLOCK, qt.shape[1], ch.rows, ch.row0, int(qt.per_channel), 0, 0
+        )
+        buffers = (ch.buffer, scale, zero, qt.rowsum, dummy, dummy, dummy, dummy)
+        steps.append(Dispatch(pipe, buffers, push, _grid(dev, ch.rows)))
+    return qt.rowsum
+
+
+def _quantize_activations(
+    qt: QuantizedTensor, xbuf: Buffer, mode: int, steps: list[Dispatch]
+) -> Buffer:
+    """Append the dispatch that quantizes x on the device; returns its output buffer."""
+    dev = qt.device
+    n = qt.shape[1]
+    words = qt.row_bytes // 4
+    out = qt.scratch_buffer("qx", 16 + 4 * words)
+    activations = "int8" if mode == 1 else "uint8"
+    pipe = dev.pipeline(
+        "quantize_act.comp", defines={"ACT": mode}, spec={0: ACT_WORKGROUP}, buffers=2, push_size=16
+    )
+    push = c.pack_u32(n, words) + np.array([ACT_INV[activations], ACT_TINY], dtype="<f4").tobytes()
+    steps.append(Dispatch(pipe, (xbuf, out), push, (1, 1, 1)))
+    return out

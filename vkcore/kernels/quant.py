@@ -1,0 +1,374 @@
+"""Round-to-nearest (RTN) quantization and dequantization of 2-D weight matrices.
+
+Formulas (identical in :func:`vkcore.reference.quantize`, which tests compare bit for bit):
+
+* integer range: symmetric ``[-(2^(b-1)-1), 2^(b-1)-1]`` stored as int8 (never -128 at
+  8 bits); asymmetric ``[0, 2^b-1]`` stored as uint8; one value per byte, ``b`` in 2..8.
+* symmetric scale: ``s = float32(max|W| / (2^(b-1)-1))``, ``z = 0``.
+* asymmetric: the range is widened to contain 0 (so 0.0 is exactly representable):
+  ``lo = min(W, 0)``, ``hi = max(W, 0)``, ``s = float32((hi - lo) / (2^b-1))``,
+  ``z = roundEven(-lo / s)``.
+* ``q = clamp(roundEven(W / s) + z, qmin, qmax)``, where ``W / s`` is the exact real
+  quotient and ties go to the even integer. Scales are computed on the host (one
+  correctly rounded division); the device decides each rounding with exact float32
+  operations only (Vulkan's division is not correctly rounded), so every conformant
+  device gives the same integers.
+* groups: one ``(s, z)`` per output row (``per_channel=True``) or one for the tensor.
+* a group of only zeros gets ``s = 1, z = 0``: no NaN, and it dequantizes to exactly 0.
+* subnormal weights (``|w| < 2^-126``) count as 0, since Vulkan devices may flush them.
+* NaN or infinity anywhere in W is a ValueError naming the first bad ``(row, col)``.
+* dequantize: ``W_hat = s * (q - z)``, a single float32 multiply of an exact integer.
+
+Storage: rows of ``q`` are padded to a multiple of 16 bytes with the row's zero point,
+so the matvec kernel reads whole 16-byte blocks. Weights larger than one storage-buffer
+binding are split by rows into several buffers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import spirv
+from ..commands import Dispatch
+from ..device import Device, resolve
+from ..memory import Buffer, Tensor
+from . import _common as c
+
+WORKGROUP = 64
+BLOCK = 16  # bytes per stored block of a row
+_TINY = np.float32(np.finfo(np.float32).tiny)
+_SMALLEST = np.float32(2.0**-149)
+spirv.register_variants("quantize.comp", [{}])
+spirv.register_variants("dequantize.comp", [{}])
+_PARAMS = np.dtype([("s_norm", "<f4"), ("e", "<i4"), ("z", "<i4"), ("pad", "<i4")])
+
+
+def binding_limit(device: Device) -> int:
+    """Largest buffer one storage binding may cover on ``device`` (tests lower it)."""
+    return int(device.info.max_storage_buffer_range)
+
+
+def integer_range(bits: int, symmetric: bool) -> tuple[int, int]:
+    half = 2 ** (bits - 1) - 1
+    return (-half, half) if symmetric else (0, 2**bits - 1)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Rows ``[row0, row0 + rows)`` of the quantized matrix, stored in ``buffer``."""
+
+    row0: int
+    rows: int
+    buffer: Buffer
+
+
+class QuantizedTensor:
+    """Quantized weights kept on the device, with their scale and zero point.
+
+    ``q``, ``scale`` and ``zero_point`` read back as numpy arrays (``q``: int8 when
+    symmetric, uint8 otherwise, shape ``(m, n)``; ``scale``: float32 and ``zero_point``:
+    int32, shape ``(m,)`` per channel or ``()`` per tensor). ``scale_tensor`` and
+    ``zero_point_tensor`` are the device copies. Create one with :func:`quantize`.
+    """
+
+    def __init__(
+        self,
+        device: Device,
+        shape: tuple[int, int],
+        bits: int,
+        symmetric: bool,
+        per_channel: bool,
+        chunks: list[Chunk],
+        scale: Tensor,
+        zero_point: Tensor,
+    ) -> None:
+        self.device = device
+        self.shape = shape
+        self.bits = bits
+        self.symmetric = symmetric
+        self.per_channel = per_channel
+        self.chunks = chunks
+        self.scale_tensor = scale
+        self.zero_point_tensor = zero_point
+        self.row_bytes = c.ceil_div(shape[1], BLOCK) * BLOCK
+        self.rowsum: Buffer | None = None  # sum_j (Q_ij - z_i), made on first use
+        self.scratch: dict[str, Buffer] = {}  # per-call buffers reused by matvec
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(np.int8 if self.symmetric else np.uint8)
+
+    @property
+    def q(self) -> np.ndarray:
+        m, n = self.shape
+        out = np.empty((m, self.row_bytes), dtype=self.dtype)
+        for ch in self.chunks:
+            ch.buffer.read(out[ch.row0 : ch.row0 + ch.rows])
+        return out[:, :n].copy()
+
+    @property
+    def scale(self) -> np.ndarray:
+        return self.scale_tensor.numpy()
+
+    @property
+    def zero_point(self) -> np.ndarray:
+        return self.zero_point_tensor.numpy()
+
+    def scratch_buffer(self, name: str, nbytes: int) -> Buffer:
+        """A buffer of at least ``nbytes`` kept for reuse across calls."""
+        buf = self.scratch.get(name)
+        if buf is None or not buf.alive or buf.nbytes < nbytes:
+            if buf is not None:
+                buf.destroy()
+            buf = Buffer(self.device, nbytes)
+            self.scratch[name] = buf
+        return buf
+
+    def release(self) -> None:
+        """Free the device memory now (also happens when the object is collected)."""
+        for ch in self.chunks:
+            ch.buffer.destroy()
+        for buf in self.scratch.values():
+            buf.destroy()
+        self.scratch.clear()
+        if self.rowsum is not None:
+            self.rowsum.destroy()
+        for t in (self.scale_tensor, self.zero_point_tensor):
+            if t.buffer is not None:
+                t.buffer.destroy()
+
+    def __repr__(self) -> str:
+        kind = "symmetric" if self.symmetric else "asymmetric"
+        group = "per-channel" if self.per_channel else "per-tensor"
+        return f"vkcore.QuantizedTensor(shape={self.shape}, bits={self.bits}, {kind}, {group})"
+
+
+# --------------------------------------------------------------------------- arguments
+def check_options(bits: Any, symmetric: Any, per_channel: Any) -> None:
+    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)):
+        raise TypeError(f"bits must be an int from 2 to 8, got {type(bits).__name__}")
+    if not 2 <= bits <= 8:
+        raise ValueError(f"bits must be from 2 to 8, got {bits}")
+    for name, value in (("symmetric", symmetric), ("per_channel", per_channel)):
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+
+
+def weight_matrix(w: Any) -> np.ndarray:
+    """A finite, C-contiguous float32 2-D matrix, or a clear error."""
+    data = c.float_input(w, "w")
+    arr = data.numpy() if isinstance(data, Tensor) else data
+    if arr.ndim != 2:
+        raise ValueError(f"w must be a 2-D matrix (outputs x inputs), got shape {arr.shape}")
+    if 0 in arr.shape:
+        raise ValueError(f"w must not be empty, got shape {arr.shape}")
+    with np.errstate(over="ignore"):  # float64 beyond float32 becomes inf, reported below
+        w32 = c.as_float32(arr)
+    finite = np.isfinite(w32)
+    if not finite.all():
+        row, col = (int(i) for i in np.argwhere(~finite)[0])
+        note = ""
+        if np.isfinite(arr[row, col]):
+            note = f" (it is {arr[row, col]!r}, beyond the float32 range)"
+        raise ValueError(f"w must be finite: w[{row}, {col}] is {w32[row, col]}{note}")
+    return w32
+
+
+# --------------------------------------------------------------------------- parameters
+def group_params(
+    w: np.ndarray, bits: int, symmetric: bool, per_channel: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Scale and zero point per group, from the host copy of ``w`` (see module docstring)."""
+    axis = 1 if per_channel else None
+    qmin, qmax = integer_range(bits, symmetric)
+    if symmetric:
+        amax = np.abs(w).max(axis=axis).astype(np.float64)
+        amax = np.where(amax < _TINY, 0.0, amax)  # subnormals count as zero
+        scale64 = amax / qmax
+        empty = amax == 0
+        lo = np.zeros_like(amax)
+    else:
+        lo = np.minimum(w.min(axis=axis), 0).astype(np.float64)
+        hi = np.maximum(w.max(axis=axis), 0).astype(np.float64)
+        lo = np.where(lo > -_TINY, 0.0, lo)
+        hi = np.where(hi < _TINY, 0.0, hi)
+        scale64 = (hi - lo) / (qmax - qmin)
+        empty = hi == lo
+    s = np.maximum(scale64.astype(np.float32), _SMALLEST)
+    s = np.where(empty, np.float32(1), s).astype(np.float32)
+    z = np.clip(np.rint(-lo / s.astype(np.float64)), qmin, qmax).astype(np.int32)
+    return np.asarray(s, np.float32), np.asarray(z, np.int32)
+
+
+def device_params(scale: np.ndarray, zero_point: np.ndarray) -> np.ndarray:
+    """Per group: the scale normalized into [1, 2), the power of two doing it, z."""
+    s = np.atleast_1d(scale).astype(np.float32)
+    mant, ex = np.frexp(s)
+    out = np.zeros(s.shape, dtype=_PARAMS)
+    out["s_norm"] = np.ldexp(mant, 1).astype(np.float32)
+    out["e"] = 1 - ex
+    out["z"] = np.atleast_1d(zero_point)
+    return out
+
+
+# --------------------------------------------------------------------------- layout
+def rows_per_buffer(device: Device, row_bytes: int, what: str) -> int:
+    limit = binding_limit(device)
+    rows = limit // row_bytes
+    if rows == 0:
+        raise ValueError(
+            f"one row of {what} needs {row_bytes} bytes, more than this device's storage-buffer "
+            f"binding limit ({limit} bytes); split the matrix by columns"
+        )
+    return rows
+
+
+def row_slices(total: int, step: int) -> Iterator[tuple[int, int]]:
+    for start in range(0, total, step):
+        yield start, min(step, total - start)
+
+
+def grid_rows(device: Device) -> int:
+    return int(device.info.max_compute_work_group_count[1])
+
+
+# --------------------------------------------------------------------------- quantize
+def quantize(
+    w: Any,
+    *,
+    bits: int = 8,
+    symmetric: bool = True,
+    per_channel: bool = True,
+    device: Device | None = None,
+) -> QuantizedTensor:
+    """Quantize the 2-D float matrix ``w`` (m outputs x n inputs) by round-to-nearest.
+
+    Returns a :class:`QuantizedTensor` whose integers live on ``device``. Raises
+    TypeError/ValueError for bad arguments, non-finite weights (naming the first bad
+    ``(row, col)``) or a row too long for one storage buffer. Formulas: module docstring.
+    """
+    check_options(bits, symmetric, per_channel)
+    bits, symmetric, per_channel = int(bits), bool(symmetric), bool(per_channel)
+    dev = resolve(device)
+    if isinstance(w, Tensor) and device is not None and w.device is not dev:
+        raise ValueError("device must be the Tensor's own device (or None)")
+    w32 = weight_matrix(w)
+    m, n = w32.shape
+    s, z = group_params(w32, bits, symmetric, per_channel)
+    row_bytes = c.ceil_div(n, BLOCK) * BLOCK
+    q_rows = rows_per_buffer(dev, row_bytes, "quantized weights")
+    w_rows = min(q_rows, rows_per_buffer(dev, 4 * n, "float32 weights"))
+    scale_t = _upload(s.reshape(() if not per_channel else (m,)), dev)
+    zero_t = _upload(z.reshape(() if not per_channel else (m,)), dev)
+    params = Buffer(dev, max(16, device_params(s, z).nbytes))
+    params.write(device_params(s, z))
+    chunks: list[Chunk] = []
+    try:
+        for row0, rows in row_slices(m, q_rows):
+            chunks.append(Chunk(row0, rows, Buffer(dev, rows * row_bytes)))
+        _run_quantize(dev, w32, chunks, params, w_rows, bits, symmetric, per_channel)
+    except BaseException:
+        for ch in chunks:
+            ch.buffer.destroy()
+        raise
+    finally:
+        params.destroy()
+    return QuantizedTensor(dev, (m, n), bits, symmetric, per_channel, chunks, scale_t, zero_t)
+
+
+def _upload(arr: np.ndarray, dev: Device) -> Tensor:
+    t = Tensor(Buffer(dev, max(4, arr.nbytes)), arr.shape, arr.dtype, dev)
+    assert t.buffer is not None
+    t.buffer.write(np.ascontiguousarray(arr))
+    return t
+
+
+def _run_quantize(
+    dev: Device,
+    w32: np.ndarray,
+    chunks: list[Chunk],
+    params: Buffer,
+    w_rows: int,
+    bits: int,
+    symmetric: bool,
+    per_channel: bool,
+) -> None:
+    n = w32.shape[1]
+    words = c.ceil_div(n, BLOCK) * BLOCK // 4
+    qmin, qmax = integer_range(bits, symmetric)
+    pipe = dev.pipeline("quantize.comp", spec={0: WORKGROUP}, buffers=3, push_size=36)
+    staging = Buffer(dev, min(w32.shape[0], w_rows) * n * 4)
+    try:
+        for ch in chunks:
+            for start, rows in row_slices(ch.rows, w_rows):
+                staging.write(w32[ch.row0 + start : ch.row0 + start + rows])
+                steps = []
+                for first, count in row_slices(rows, grid_rows(dev)):
+                    push = c.pack_u32(
+                        n,
+                        words,
+                        count,
+                        first,
+                        start + first,
+                        ch.row0 + start + first,
+                        int(per_channel),
+                    )
+                    push += np.array([qmin, qmax], dtype="<i4").tobytes()
+                    groups = (c.ceil_div(words, WORKGROUP), count, 1)
+                    steps.append(Dispatch(pipe, (staging, ch.buffer, params), push, groups))
+                dev.submitter.run(steps)
+    finally:
+        staging.destroy()
+
+
+# --------------------------------------------------------------------------- dequantize
+def dequantize(qt: QuantizedTensor, *, device: Device | None = None) -> np.ndarray:
+    """``W_hat = s * (q - z)`` as a float32 ``(m, n)`` numpy array, computed on the device.
+
+    Each value is one float32 multiply of the exact integer ``q - z``: it equals
+    :func:`vkcore.reference.dequantize` bit for bit (subnormal results aside, which a
+    device may flush to 0).
+    """
+    if not isinstance(qt, QuantizedTensor):
+        raise TypeError(f"qt must be a vkcore.QuantizedTensor, got {type(qt).__name__}")
+    if device is not None and device is not qt.device:
+        raise ValueError("device must be the QuantizedTensor's own device (or None)")
+    dev = qt.device
+    dev.check()
+    m, n = qt.shape
+    out = np.empty((m, n), dtype=np.float32)
+    y_rows = rows_per_buffer(dev, 4 * n, "dequantized weights")
+    pipe = dev.pipeline("dequantize.comp", spec={0: WORKGROUP}, buffers=4, push_size=32)
+    words = qt.row_bytes // 4
+    scale_buf, zero_buf = qt.scale_tensor.buffer, qt.zero_point_tensor.buffer
+    assert scale_buf is not None and zero_buf is not None
+    ybuf = Buffer(dev, min(m, y_rows) * n * 4)
+    try:
+        for ch in qt.chunks:
+            for start, rows in row_slices(ch.rows, y_rows):
+                steps = []
+                for first, count in row_slices(rows, grid_rows(dev)):
+                    row = ch.row0 + start + first
+                    push = c.pack_u32(
+                        n,
+                        words,
+                        count,
+                        start + first,
+                        row,
+                        first,
+                        int(qt.per_channel),
+                        int(qt.symmetric),
+                    )
+                    groups = (c.ceil_div(n, WORKGROUP), count, 1)
+                    steps.append(
+                        Dispatch(pipe, (ch.buffer, scale_buf, zero_buf, ybuf), push, groups)
+                    )
+                dev.submitter.run(steps)
+                ybuf.read(out[ch.row0 + start : ch.row0 + start + rows])
+    finally:
+        ybuf.destroy()
+    return out
