@@ -55,6 +55,8 @@ class _Recorded:
     command_buffer: Any
     sets: list[Any]
     buffer_ids: frozenset[int]
+    submit: Any = None  # a VkSubmitInfo built once (with the array it points to)
+    keep: Any = None
 
 
 class Submitter:
@@ -85,14 +87,24 @@ class Submitter:
             pool = ffi.new("VkQueryPool*")
             vkapi.check(lib.vkCreateQueryPool(device.handle, qinfo, ffi.NULL, pool), "vkCreateQueryPool")
             self.query_pool = pool[0]
-        self.last_device_seconds: float | None = None
+        self._seconds: float | None = None
+        self._seconds_pending = False  # timestamps written by the latest run, not yet read
         self.live_descriptor_sets = 0  # allocated and not yet freed (Device.live_objects)
         self._recorded: OrderedDict[tuple[Any, ...], _Recorded] = OrderedDict()
         self.reuse_hits = 0  # submissions of an already recorded command buffer
+        # Built once: every struct made through the binding costs microseconds per call.
+        self._fences = ffi.new("VkFence[1]", [self.fence])
+        self._timestamps_out = ffi.new("uint64_t[2]")
 
     # ------------------------------------------------------------------ dispatch
-    def run(self, dispatches: Sequence[Dispatch], *, timed: bool = True) -> float | None:
+    def run(
+        self, dispatches: Sequence[Dispatch], *, timed: bool = True, read_seconds: bool = True
+    ) -> float | None:
         """Record, submit and wait for ``dispatches``; device seconds when timed.
+
+        With ``read_seconds=False`` the timestamps are still written but only read when
+        :attr:`last_device_seconds` is asked for (it saves a driver call per kernel call);
+        the return value is then None.
 
         When every buffer is long-lived (``Buffer.reusable``: pooled buffers, placeholders)
         the recorded command buffer and its descriptor sets are kept, keyed by pipelines,
@@ -104,20 +116,29 @@ class Submitter:
         with dev.lock:
             dev.check()
             key = self._reuse_key(dispatches, timed)
+            self._seconds, self._seconds_pending = None, False
             if key is not None:
-                self._submit_and_wait(self._recorded_for(key, dispatches, timed).command_buffer)
-                seconds = self._elapsed() if timed else None
+                rec = self._recorded_for(key, dispatches, timed)
+                self._submit_and_wait(rec.command_buffer, rec.submit)
             else:
                 sets = self._descriptor_sets(dispatches)
                 try:
                     self._record(self.command_buffer, dispatches, sets, timed, one_time=True)
                     self._submit_and_wait(self.command_buffer)
-                    seconds = self._elapsed() if timed else None
                 finally:
                     self._free_sets(sets)
-            self.last_device_seconds = seconds
+            self._seconds_pending = timed
             dev.check()
-            return seconds
+            return self.last_device_seconds if read_seconds else None
+
+    @property
+    def last_device_seconds(self) -> float | None:
+        """Device seconds of the latest timed :meth:`run` (from timestamp queries)."""
+        with self.device.lock:
+            if self._seconds_pending:
+                self._seconds = self._elapsed()
+                self._seconds_pending = False
+            return self._seconds
 
     @staticmethod
     def _reuse_key(dispatches: Sequence[Dispatch], timed: bool) -> tuple[Any, ...] | None:
@@ -152,6 +173,9 @@ class Submitter:
             self._free_sets(sets)
             raise
         rec = _Recorded(out[0], sets, frozenset(id(b) for d in dispatches for b in d.buffers))
+        rec.keep = vkapi.Keep()
+        cbs = rec.keep.new("VkCommandBuffer[1]", [rec.command_buffer])
+        rec.submit = rec.keep.struct("VkSubmitInfo", commandBufferCount=1, pCommandBuffers=cbs)
         try:
             self._record(rec.command_buffer, dispatches, sets, timed, one_time=False)
         except BaseException:
@@ -161,6 +185,28 @@ class Submitter:
         while len(self._recorded) > _MAX_RECORDED:
             self._release_recorded(self._recorded.popitem(last=False)[1])
         return rec
+
+    def resubmit_seconds(self, repeats: int) -> list[float]:
+        """Wall seconds of resubmitting the most recently used kept recording, ``repeats``
+        times: queue submit, fence wait and fence reset with every struct prebuilt. This is
+        the floor under any call that has to run the same commands (the bench's reference
+        for per-call overhead). Raises RuntimeError when nothing is kept."""
+        import time
+
+        dev = self.device
+        lib = dev.lib
+        with dev.lock:
+            if not self._recorded:
+                raise RuntimeError("no recorded command buffer is kept: run a call on pooled buffers first")
+            rec = next(reversed(self._recorded.values()))
+            out = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                vkapi.check(lib.vkQueueSubmit(dev.queue, 1, rec.submit, self.fence), "vkQueueSubmit")
+                vkapi.check(lib.vkWaitForFences(dev.handle, 1, self._fences, 1, 10**10), "vkWaitForFences")
+                vkapi.check(lib.vkResetFences(dev.handle, 1, self._fences), "vkResetFences")
+                out.append(time.perf_counter() - start)
+            return out
 
     def _release_recorded(self, rec: _Recorded) -> None:
         dev = self.device
@@ -276,14 +322,15 @@ class Submitter:
             lib.vkCmdWriteTimestamp(cb, _BOTTOM, self.query_pool, 1)
         vkapi.check(lib.vkEndCommandBuffer(cb), "vkEndCommandBuffer")
 
-    def _submit_and_wait(self, cb: Any = None) -> None:
+    def _submit_and_wait(self, cb: Any = None, submit: Any = None) -> None:
         dev = self.device
-        ffi, lib = dev.ffi, dev.lib
-        keep = vkapi.Keep()
-        cbs = keep.new("VkCommandBuffer[1]", [self.command_buffer if cb is None else cb])
-        submit = keep.struct("VkSubmitInfo", commandBufferCount=1, pCommandBuffers=cbs)
+        lib = dev.lib
+        if submit is None:
+            keep = vkapi.Keep()
+            cbs = keep.new("VkCommandBuffer[1]", [self.command_buffer if cb is None else cb])
+            submit = keep.struct("VkSubmitInfo", commandBufferCount=1, pCommandBuffers=cbs)
         vkapi.check(lib.vkQueueSubmit(dev.queue, 1, submit, self.fence), "vkQueueSubmit")
-        fences = keep.new("VkFence[1]", [self.fence])
+        fences = self._fences
         interrupted: BaseException | None = None
         while True:
             try:
@@ -301,7 +348,7 @@ class Submitter:
     def _elapsed(self) -> float:
         dev = self.device
         ffi, lib = dev.ffi, dev.lib
-        data = ffi.new("uint64_t[2]")
+        data = self._timestamps_out
         flags = 0x1 | 0x2  # VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT
         vkapi.check(
             lib.vkGetQueryPoolResults(dev.handle, self.query_pool, 0, 2, 16, data, 8, flags),

@@ -12,6 +12,7 @@ Accuracy against a float64 reference: max abs error <= 1e-6, rows sum to 1 withi
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ from .. import spirv
 from ..commands import Dispatch
 from ..device import Device, resolve
 from ..memory import Buffer, Tensor, buffer_pool
+from ..pipeline import Pipeline
 from . import _common as c
 
 ALGORITHMS = ("online", "safe")
@@ -79,19 +81,48 @@ def plan(device: Device, rows: int, n: int, workgroup: int | None = None) -> Pla
     return Plan(rows, n, vec4, units, chunk, nchunks, wg)
 
 
-def _dispatches(device: Device, p: Plan, algorithm: str, x: Buffer, y: Buffer, parts: Buffer) -> list[Dispatch]:
-    shader = f"softmax_{algorithm}.comp"
-    stages = [0] if p.nchunks == 1 else ([1, 2] if algorithm == "online" else [1, 2, 3])
-    max_rows = device.info.max_compute_work_group_count[1]
-    steps = []
-    for stage in stages:
-        pipe = device.pipeline(
+_plans: weakref.WeakKeyDictionary[Device, dict[tuple[int, int], Plan]] = weakref.WeakKeyDictionary()
+
+
+def _cached_plan(device: Device, rows: int, n: int) -> Plan:
+    """plan() memoized per device (a few shapes recur; the table is small and bounded)."""
+    table = _plans.setdefault(device, {})
+    p = table.get((rows, n))
+    if p is None:
+        if len(table) >= 256:
+            table.clear()
+        p = table[(rows, n)] = plan(device, rows, n)
+    return p
+
+
+_pipes: weakref.WeakKeyDictionary[Device, dict[tuple[str, int, bool, int], Pipeline]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _pipeline(device: Device, shader: str, stage: int, p: Plan) -> Pipeline:
+    """device.pipeline() for one softmax variant, memoized per device (saves the key work)."""
+    table = _pipes.setdefault(device, {})
+    key = (shader, stage, p.vec4, p.workgroup)
+    pipe = table.get(key)
+    if pipe is None or pipe.handle is None:
+        pipe = table[key] = device.pipeline(
             shader,
             defines={"STAGE": stage, "VEC4": int(p.vec4)},
             spec={0: p.workgroup},
             buffers=3,
             push_size=16,
         )
+    return pipe
+
+
+def _dispatches(device: Device, p: Plan, algorithm: str, x: Buffer, y: Buffer, parts: Buffer) -> list[Dispatch]:
+    shader = f"softmax_{algorithm}.comp"
+    stages = [0] if p.nchunks == 1 else ([1, 2] if algorithm == "online" else [1, 2, 3])
+    max_rows = device.info.max_compute_work_group_count[1]
+    steps = []
+    for stage in stages:
+        pipe = _pipeline(device, shader, stage, p)
         for first in range(0, p.rows, max_rows):
             count = min(max_rows, p.rows - first)
             push = c.pack_u32(p.units, first, p.chunk, p.nchunks)
@@ -124,12 +155,12 @@ def softmax(x: Any, axis: int = -1, *, algorithm: str = "online", device: Device
             raise ValueError("a Tensor softmax must use the last axis (axis=-1)")
         return _softmax_tensor(data, algorithm)
     dev = resolve(device)
-    moved = np.moveaxis(data, axis, -1)
-    arr = c.as_float32(moved)
+    last = axis == ndim - 1
+    arr = c.as_float32(data if last else np.moveaxis(data, axis, -1))
     out = np.empty(arr.shape, dtype=np.float32)
     if arr.size:
         _softmax_numpy(dev, arr, out, algorithm)
-    return np.moveaxis(out, -1, axis)
+    return out if last else np.moveaxis(out, -1, axis)
 
 
 def _softmax_numpy(dev: Device, arr: np.ndarray, out: np.ndarray, algorithm: str) -> None:
@@ -141,7 +172,7 @@ def _softmax_numpy(dev: Device, arr: np.ndarray, out: np.ndarray, algorithm: str
     n = arr.shape[-1]
     rows = arr.size // n
     c.check_binding_size(dev, arr.nbytes, "x")  # before borrowing anything
-    p = plan(dev, rows, n)
+    p = _cached_plan(dev, rows, n)
     pool = buffer_pool(dev)
     borrowed: list[Buffer] = []
     try:
@@ -155,7 +186,7 @@ def _softmax_numpy(dev: Device, arr: np.ndarray, out: np.ndarray, algorithm: str
             borrowed.append(parts)
         else:
             parts = c.dummy_buffer(dev)
-        dev.submitter.run(_dispatches(dev, p, algorithm, x, y, parts))
+        dev.submitter.run(_dispatches(dev, p, algorithm, x, y, parts), read_seconds=False)
         y.read(out)
     finally:
         for buf in borrowed:
