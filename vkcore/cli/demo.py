@@ -27,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
     with Device(args.device) as dev:
         print(f"device: {dev.info.name} ({dev.info.driver_name} {dev.info.driver_info})")
         ok &= _softmax_demo(dev, args.rows, args.cols)
+        ok &= _quant_demo(dev)
     ok &= _coldwarm_demo(args.device)
     print("demo:", "all checks passed" if ok else "SOME CHECKS FAILED")
     return 0 if ok else 1
@@ -82,3 +83,58 @@ def _coldwarm_demo(selector: str | None) -> bool:
         print(f"  - {finding}")
     pooled = report["summary"]["pooled"]
     return all(pooled[c][s]["n"] == 1 for c in pooled for s in coldwarm.STAGES)
+
+
+def _quant_demo(dev: Device) -> bool:
+    """RTN quantization per tensor vs per channel, then the three matvec modes."""
+    from ..kernels.matvec import matvec
+    from ..kernels.quant import dequantize, quantize
+    from ..quant_report import format_report, quant_error
+
+    ok = True
+    example = np.array([[-1.0, 3.0, 1.3]], np.float32)
+    seed = quantize(example, symmetric=False, per_channel=False, device=dev)
+    r_hat = dequantize(seed)[0, 2]
+    seed_ok = seed.zero_point == 64 and seed.q[0, 2] == 147 and abs(r_hat - 1.302) < 1e-3
+    ok &= bool(seed_ok)
+    print(
+        f"\nquantization of the seed example (range [-1, 3] on uint8): s = {float(seed.scale):.6f} "
+        f"(4/255), z = {int(seed.zero_point)}, 1.3 -> {seed.q[0, 2]} -> {r_hat:.4f}  "
+        f"{'ok' if seed_ok else 'FAIL'}"
+    )
+    rng = np.random.default_rng(3)
+    m, n = 512, 1024
+    w = (rng.standard_normal((m, n)) * 0.02).astype(np.float32)
+    w[7] *= 100  # one row 100x larger: it sets the per-tensor scale for every row
+    x = rng.standard_normal(n).astype(np.float32)
+    print(f"\n8-bit RTN of a random {m}x{n} layer (row 7 is 100x larger), errors vs the bounds:")
+    for per_channel in (False, True):
+        qt = quantize(w, per_channel=per_channel, device=dev)
+        q, s, z = reference.quantize(w, 8, True, per_channel)
+        same = np.array_equal(qt.q, q) and np.array_equal(qt.scale, s)
+        e = quant_error(w, qt, x)
+        ok &= same and e.holds()
+        label = "per channel" if per_channel else "per tensor"
+        label += " (q = numpy)" if same else " (q DIFFERS)"
+        print("  " + format_report(label, e))
+    exact = w.astype(np.float64) @ x
+    print("\nmatvec with the per-channel weights, vs the numpy reference and vs float64 W x:")
+    for activations in ("float", "int8", "uint8"):
+        matvec(qt, x, activations=activations)  # first call: pipeline creation and JIT
+        t0 = time.perf_counter()
+        y = matvec(qt, x, activations=activations)
+        wall_ms = (time.perf_counter() - t0) * 1e3
+        ref = reference.matvec(qt.q, qt.scale, qt.zero_point, x, None, activations)
+        if activations == "float":
+            good = bool(np.abs(y - ref).max() <= 1e-5 * np.abs(ref).max())
+            vs_ref = f"max |y - ref| {np.abs(y - ref).max():.1e}"
+        else:
+            good = bool(np.array_equal(y, ref))
+            vs_ref = "bit for bit" if good else "DIFFERS"
+        rel = np.abs(y - exact).max() / np.abs(exact).max()
+        ok &= good
+        print(
+            f"  {activations:<5} {vs_ref:<22} max |y - Wx| / max |Wx| {rel:.1e}  {wall_ms:.2f} ms  "
+            f"{'ok' if good else 'FAIL'}"
+        )
+    return ok
