@@ -2,7 +2,7 @@
 
 ``make test`` runs the short version (a few seconds); ``make soak`` sets
 ``VKCORE_SOAK=long`` and prints the figures. Bounds, checked after a warm-up that runs
-every kernel on every shape once (so pipelines, recorded commands and reused buffers
+every kernel on every case once (so pipelines, recorded commands and reused buffers
 exist before the baseline is taken):
 
 * live objects: pipelines unchanged; buffers at most ``BUFFER_SLACK`` above the
@@ -16,10 +16,12 @@ exist before the baseline is taken):
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pytest
@@ -34,6 +36,7 @@ CALLS = 20_000 if LONG else 200
 DISTINCT_CALLS = 3_000 if LONG else 150
 DEVICE_CYCLES = 60 if LONG else 3
 SAMPLE_EVERY = 50
+ACTIVATIONS = ["float", "int8", "uint8"]
 
 BUFFER_SLACK = 8
 DISTINCT_BUFFER_BOUND = 256
@@ -41,7 +44,7 @@ MAX_SETS = 1024
 RSS_BOUND_MIB = 32 if LONG else 24
 CYCLE_RSS_BOUND_MIB = 24
 
-SHAPES = [
+SOFTMAX_SHAPES = [
     (1, 1),
     (1, 7),
     (3, 64),
@@ -52,8 +55,18 @@ SHAPES = [
     (300, 12),
     (1, 65_536),
 ]
+QUANT_SHAPES = [(1, 1), (3, 64), (16, 257), (64, 1000), (5, 4099)]
+QUANT_OPTIONS = [(8, True, True), (8, False, True), (4, True, False), (2, False, False)]
 
-Kernel = Callable[[vkcore.Device, np.random.Generator, tuple[int, int]], None]
+Call = Callable[[vkcore.Device, np.random.Generator, Any], None]
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kind of kernel call and the finite set of cases (shapes, modes) it cycles through."""
+
+    call: Call
+    cases: list[Any]
 
 
 def rss_mib() -> float:
@@ -64,7 +77,7 @@ def rss_mib() -> float:
     raise RuntimeError("VmRSS not found in /proc/self/status")
 
 
-def softmax_numpy(algorithm: str) -> Kernel:
+def softmax_numpy(algorithm: str) -> Call:
     def call(dev: vkcore.Device, rng: np.random.Generator, shape: tuple[int, int]) -> None:
         x = (rng.standard_normal(shape) * 10).astype(np.float32)
         y = vkcore.softmax(x, algorithm=algorithm, device=dev)
@@ -82,13 +95,80 @@ def softmax_tensor(dev: vkcore.Device, rng: np.random.Generator, shape: tuple[in
     y.buffer.destroy()
 
 
-def kernels() -> dict[str, Kernel]:
-    """Every kernel call the soak repeats, by name."""
-    return {
-        "softmax_online": softmax_numpy("online"),
-        "softmax_safe": softmax_numpy("safe"),
-        "softmax_tensor": softmax_tensor,
+def quantize_roundtrip(dev: vkcore.Device, rng: np.random.Generator, case: Any) -> None:
+    (m, n), (bits, symmetric, per_channel) = case
+    w = (rng.standard_normal((m, n)) * 3).astype(np.float32)
+    qt = vkcore.quantize(w, bits=bits, symmetric=symmetric, per_channel=per_channel, device=dev)
+    try:
+        q, s, z = vkcore.reference.quantize(w, bits, symmetric, per_channel)
+        np.testing.assert_array_equal(qt.q, q)
+        np.testing.assert_array_equal(vkcore.dequantize(qt), vkcore.reference.dequantize(q, s, z))
+    finally:
+        qt.release()
+
+
+class ResidentWeights:
+    """Quantized weights made once per (shape, options) and reused, as a model would."""
+
+    def __init__(self) -> None:
+        self.cache: dict[Any, tuple[Any, np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def get(self, dev: vkcore.Device, key: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
+        if key not in self.cache:
+            (m, n), (bits, symmetric, per_channel) = key
+            w = np.random.default_rng(m * 7919 + n).standard_normal((m, n)).astype(np.float32)
+            qt = vkcore.quantize(
+                w, bits=bits, symmetric=symmetric, per_channel=per_channel, device=dev
+            )
+            self.cache[key] = (qt, qt.q, qt.scale, qt.zero_point)
+        return self.cache[key]
+
+    def release(self) -> None:
+        for qt, *_ in self.cache.values():
+            qt.release()
+        self.cache.clear()
+
+
+def matvec_quantized(resident: ResidentWeights) -> Call:
+    def call(dev: vkcore.Device, rng: np.random.Generator, case: Any) -> None:
+        shape, options, activations, with_bias = case
+        qt, q, s, z = resident.get(dev, (shape, options))
+        m, n = qt.shape
+        x = (rng.standard_normal(n) * 2).astype(np.float32)
+        bias = rng.standard_normal(m).astype(np.float32) if with_bias else None
+        y = vkcore.matvec(qt, x, bias=bias, activations=activations, device=dev)
+        want = vkcore.reference.matvec(q, s, z, x, bias, activations)
+        if activations == "float":
+            scale = float(np.abs(want).max()) + 1.0
+            np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5 * scale)
+        else:
+            np.testing.assert_array_equal(y, want)
+
+    return call
+
+
+def matvec_f32(dev: vkcore.Device, rng: np.random.Generator, shape: tuple[int, int]) -> None:
+    w = rng.standard_normal(shape).astype(np.float32)
+    x = rng.standard_normal(shape[1]).astype(np.float32)
+    want = w.astype(np.float64) @ x.astype(np.float64)
+    y = vkcore.matvec_f32(w, x, device=dev)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5 * (float(np.abs(want).max()) + 1))
+
+
+def kernels(resident: ResidentWeights) -> dict[str, Kernel]:
+    """Every kernel call the soak repeats, by name (quantization ones where vkcore has them)."""
+    table = {
+        "softmax_online": Kernel(softmax_numpy("online"), SOFTMAX_SHAPES),
+        "softmax_safe": Kernel(softmax_numpy("safe"), SOFTMAX_SHAPES),
+        "softmax_tensor": Kernel(softmax_tensor, SOFTMAX_SHAPES),
     }
+    if hasattr(vkcore, "quantize"):
+        weights = list(itertools.product(QUANT_SHAPES, QUANT_OPTIONS))
+        table["quantize_dequantize"] = Kernel(quantize_roundtrip, weights)
+        modes = list(itertools.product(QUANT_SHAPES, QUANT_OPTIONS, ACTIVATIONS, [False, True]))
+        table["matvec"] = Kernel(matvec_quantized(resident), modes)
+        table["matvec_f32"] = Kernel(matvec_f32, QUANT_SHAPES)
+    return table
 
 
 @dataclass
@@ -101,6 +181,7 @@ class Soak:
     objects_end: dict[str, int] = field(default_factory=dict)
     max_buffers: int = 0
     max_sets: int = 0
+    kernels: list[str] = field(default_factory=list)
 
     def sample(self, dev: vkcore.Device) -> None:
         live = dev.live_objects()
@@ -109,24 +190,38 @@ class Soak:
 
     def report(self, title: str) -> str:
         return (
-            f"{title}: {self.calls} calls in {self.seconds:.1f} s; "
+            f"{title}: {self.calls} calls ({', '.join(self.kernels)}) in {self.seconds:.1f} s; "
             f"RSS {self.rss_start:.1f} -> {self.rss_end:.1f} MiB; "
             f"objects {self.objects_start} -> {self.objects_end}; "
             f"max buffers {self.max_buffers}, max descriptor sets {self.max_sets}"
         )
 
 
-def test_kernels_soak_flat_memory_and_objects(device, record_property):
+def test_kernels_soak_flat_memory_and_objects(device):
     rng = np.random.default_rng(2024)
-    table = kernels()
-    for call in table.values():  # warm-up: every kernel on every shape
-        for shape in SHAPES:
-            call(device, rng, shape)
+    resident = ResidentWeights()
+    try:
+        soak = run_soak(device, rng, kernels(resident))
+    finally:
+        resident.release()
+    print("\n" + soak.report("soak, repeated shapes"))
+    assert soak.objects_end["pipelines"] == soak.objects_start["pipelines"]
+    assert soak.max_buffers <= soak.objects_start["buffers"] + BUFFER_SLACK
+    assert soak.max_sets <= MAX_SETS
+    assert soak.rss_end - soak.rss_start <= RSS_BOUND_MIB
+
+
+def run_soak(device: vkcore.Device, rng: np.random.Generator, table: dict[str, Kernel]) -> Soak:
+    """Warm up on every case of every kernel, then CALLS random calls, sampling objects."""
+    for kernel in table.values():
+        for case in kernel.cases:
+            kernel.call(device, rng, case)
     names = sorted(table)
-    soak = Soak(rss_start=rss_mib(), objects_start=device.live_objects())
+    soak = Soak(rss_start=rss_mib(), objects_start=device.live_objects(), kernels=names)
     start = time.perf_counter()
     for i in range(CALLS):
-        table[names[i % len(names)]](device, rng, SHAPES[int(rng.integers(len(SHAPES)))])
+        kernel = table[names[i % len(names)]]
+        kernel.call(device, rng, kernel.cases[int(rng.integers(len(kernel.cases)))])
         soak.calls += 1
         if i % SAMPLE_EVERY == 0:
             soak.sample(device)
@@ -134,19 +229,15 @@ def test_kernels_soak_flat_memory_and_objects(device, record_property):
     soak.rss_end = rss_mib()
     soak.objects_end = device.live_objects()
     soak.sample(device)
-    print("\n" + soak.report("soak, repeated shapes"))
-    record_property("soak", soak.report("repeated shapes"))
-
-    assert soak.objects_end["pipelines"] == soak.objects_start["pipelines"]
-    assert soak.max_buffers <= soak.objects_start["buffers"] + BUFFER_SLACK
-    assert soak.max_sets <= MAX_SETS
-    assert soak.rss_end - soak.rss_start <= RSS_BOUND_MIB
+    return soak
 
 
 def test_distinct_shapes_keep_buffers_bounded(device):
     rng = np.random.default_rng(7)
     call = softmax_numpy("online")
-    soak = Soak(rss_start=rss_mib(), objects_start=device.live_objects())
+    soak = Soak(
+        rss_start=rss_mib(), objects_start=device.live_objects(), kernels=["softmax_online"]
+    )
     start = time.perf_counter()
     for i in range(DISTINCT_CALLS):
         shape = (1 + i % 5, 3 + i)  # never the same size twice
@@ -198,4 +289,3 @@ def test_leak_check_can_fail():
     vkapi.check(dev.lib.vkCreateBuffer(dev.handle, info, dev.ffi.NULL, out), "vkCreateBuffer")
     dev.close()
     assert any("has not been destroyed" in m for m in dev.validation_messages)
-
