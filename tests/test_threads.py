@@ -1,5 +1,8 @@
 """One Device shared by eight Python threads: correct results, serialized queue and cache.
 
+Softmax, transfers, quantize/dequantize and every matvec mode (also on one shared
+QuantizedTensor) run concurrently.
+
 Each thread checks its own results against the numpy references, so a thread that saw
 another thread's buffer, or a half-written one, fails. A tracking wrapper around the
 device's Vulkan functions proves that a pipeline-cache save never overlaps a pipeline
@@ -236,3 +239,53 @@ def test_close_while_threads_work_fails_cleanly(rng):
     assert dev.closed
     assert set(outcomes) <= {"finished", "refused"}
     assert dev.validation_messages == []
+
+
+@pytest.mark.skipif(not hasattr(vkcore, "quantize"), reason="this vkcore has no quantization")
+def test_eight_threads_quantize_and_matvec(device):
+    """Each thread quantizes its own weights and also shares one QuantizedTensor."""
+    rng = np.random.default_rng(9)
+    shared_w = rng.standard_normal((40, 300)).astype(np.float32)
+    shared = vkcore.quantize(shared_w, bits=8, symmetric=False, device=device)
+    sq, ss, sz = shared.q, shared.scale, shared.zero_point
+    options = [(8, True, True), (8, False, True), (4, True, False), (2, False, False)]
+    modes = ["float", "int8", "uint8"]
+
+    def check_matvec(qt, q, s, z, x, bias, activations):
+        y = vkcore.matvec(qt, x, bias=bias, activations=activations, device=device)
+        want = vkcore.reference.matvec(q, s, z, x, bias, activations)
+        if activations == "float":
+            scale = float(np.abs(want).max()) + 1.0
+            np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5 * scale)
+        else:
+            np.testing.assert_array_equal(y, want)
+
+    def work(index: int) -> int:
+        local = np.random.default_rng(300 + index)
+        bits, symmetric, per_channel = options[index % len(options)]
+        m, n = int(local.integers(1, 50)), int(local.integers(1, 700))
+        w = (local.standard_normal((m, n)) * 2).astype(np.float32)
+        qt = vkcore.quantize(
+            w, bits=bits, symmetric=symmetric, per_channel=per_channel, device=device
+        )
+        try:
+            q, s, z = vkcore.reference.quantize(w, bits, symmetric, per_channel)
+            np.testing.assert_array_equal(qt.q, q)
+            np.testing.assert_array_equal(
+                vkcore.dequantize(qt), vkcore.reference.dequantize(q, s, z)
+            )
+            for step in range(12):
+                activations = modes[(index + step) % 3]
+                x = local.standard_normal(n).astype(np.float32)
+                bias = local.standard_normal(m).astype(np.float32) if step % 2 else None
+                check_matvec(qt, q, s, z, x, bias, activations)
+                xs = local.standard_normal(300).astype(np.float32)
+                check_matvec(shared, sq, ss, sz, xs, None, activations)
+        finally:
+            qt.release()
+        return 12
+
+    try:
+        assert sum(run_threads(work)) == THREADS * 12
+    finally:
+        shared.release()
