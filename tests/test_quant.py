@@ -289,3 +289,13 @@ def test_quant_error_checks_arguments(device, rng):
         vkcore.quant_error(w[:2], qt)
     with pytest.raises(ValueError):
         vkcore.quant_error(w, qt, np.ones(5))
+
+
+def test_quant_report_cli(capsys):
+    from vkcore.cli import main
+
+    assert main(["quant-report", "--rows", "9", "--cols", "37", "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "per tensor" in out and "per channel" in out and "all worst-case bounds hold" in out
+    assert main(["quant-report", "--asymmetric", "--bits", "3", "--rows", "4", "--cols", "5"]) == 0
+    assert main(["quant-report", "--bits", "1"]) == 2

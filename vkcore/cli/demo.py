@@ -131,10 +131,10 @@ def _quant_demo(dev: Device) -> bool:
         else:
             good = bool(np.array_equal(y, ref))
             vs_ref = "bit for bit" if good else "DIFFERS"
-        rel = np.abs(y - exact).max() / np.abs(exact).max()
+        rel = np.sqrt(np.mean((y - exact) ** 2) / np.mean(exact**2))
         ok &= good
         print(
-            f"  {activations:<5} {vs_ref:<22} max |y - Wx| / max |Wx| {rel:.1e}  {wall_ms:.2f} ms  "
+            f"  {activations:<5} {vs_ref:<22} rms(y - Wx) / rms(Wx) {rel:.1e}  {wall_ms:.2f} ms  "
             f"{'ok' if good else 'FAIL'}"
         )
     return ok

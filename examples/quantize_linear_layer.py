@@ -1,0 +1,81 @@
+"""Quantize a linear layer y = W x + b to 8 bits and run it three ways.
+
+    python examples/quantize_linear_layer.py           # a 4096 x 4096 layer
+    python examples/quantize_linear_layer.py --small   # 256 x 512 (what the tests run)
+
+One row of W is 100x larger than the rest: with one scale for the whole tensor it
+crushes every other row, with one scale per output channel it does not. Each matvec
+mode is checked against vkcore.reference (integer modes bit for bit). Exits 1 if a
+check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+import vkcore
+from vkcore import reference
+
+
+def layer(m: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((m, n)) / np.sqrt(n)).astype(np.float32)
+    w[3] *= 100  # the outlier row
+    x = rng.standard_normal(n).astype(np.float32)
+    b = (rng.standard_normal(m) * 0.1).astype(np.float32)
+    return w, x, b
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--small", action="store_true", help="a 256 x 512 layer")
+    args = parser.parse_args()
+    m, n = (256, 512) if args.small else (4096, 4096)
+    w, x, b = layer(m, n)
+    exact = w.astype(np.float64) @ x + b
+    ok = True
+
+    print(f"layer {m} x {n}, 8-bit symmetric RTN; errors per row against the bound s_i / 2:")
+    for per_channel in (False, True):
+        qt = vkcore.quantize(w, per_channel=per_channel)
+        e = vkcore.quant_error(w, qt, x)
+        others = np.arange(m) != 3
+        print(
+            f"  {'per channel' if per_channel else 'per tensor ':<11}  "
+            f"max |W_hat - W| {e.max_err.max():.2e} (bound {e.bound_max.max():.2e}), "
+            f"rms error of the other rows {e.rms_err[others].mean():.2e}, "
+            f"|dy| <= s/2 |x|_1 holds: {e.holds()}"
+        )
+        ok &= e.holds()
+
+    print("\nthe per-channel layer, each matvec mode (weights stay on the device):")
+    for activations in ("float", "int8", "uint8"):
+        y = vkcore.matvec(qt, x, bias=b, activations=activations)  # also compiles
+        start = time.perf_counter()
+        y = vkcore.matvec(qt, x, bias=b, activations=activations)
+        ms = (time.perf_counter() - start) * 1e3
+        want = reference.matvec(qt.q, qt.scale, qt.zero_point, x, b, activations)
+        if activations == "float":
+            same = bool(np.allclose(y, want, rtol=1e-5, atol=1e-5 * np.abs(want).max()))
+        else:
+            same = bool(np.array_equal(y, want))
+        ok &= same
+        rel = np.sqrt(np.mean((y - exact) ** 2) / np.mean(exact**2))
+        print(
+            f"  {activations:<5}  matches reference: {same}  "
+            f"rms(y - (Wx + b)) / rms(Wx + b) = {rel:.1e}  {ms:.2f} ms"
+        )
+
+    start = time.perf_counter()
+    w @ x + b
+    print(f"\nnumpy float32 W x + b for comparison: {(time.perf_counter() - start) * 1e3:.2f} ms")
+    print("all checks passed" if ok else "SOME CHECKS FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

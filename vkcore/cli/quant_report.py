@@ -1,0 +1,80 @@
+"""``vkcore quant-report``: quantize a weight matrix and hold its errors to the RTN bounds.
+
+The matrix is a ``.npy`` file (``--weights``) or a seeded random layer, optionally with
+one row scaled up (``--outlier``). Prints, per granularity, the worst ratios to the
+worst-case bounds (``s/2``, ``s/2 ||x||_1``) and the ratios to the typical values
+(``s/sqrt(12)``, ``s/sqrt(12) ||x||_2``), then the rows closest to their bound.
+Exit 1 if a worst-case bound fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from ..device import Device
+from ..kernels.quant import quantize
+from ..quant_report import format_report, quant_error
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "quant-report", help="quantization error of a weight matrix against the RTN bounds"
+    )
+    p.add_argument("--weights", help=".npy file with a 2-D float matrix (default: a random layer)")
+    p.add_argument("--rows", type=int, default=256, help="rows of the random layer")
+    p.add_argument("--cols", type=int, default=1024, help="columns of the random layer")
+    p.add_argument(
+        "--outlier", type=float, default=100.0, help="scale of row 0 of the random layer"
+    )
+    p.add_argument("--bits", type=int, default=8, help="bits per weight, 2 to 8")
+    p.add_argument("--asymmetric", action="store_true", help="asymmetric (uint8, zero point)")
+    p.add_argument("--seed", type=int, default=0, help="random seed for the layer and x")
+    p.add_argument("--top", type=int, default=5, help="rows to list, closest to their bound first")
+    p.set_defaults(func=run)
+
+
+def _matrix(args: argparse.Namespace) -> np.ndarray:
+    if args.weights:
+        w = np.load(args.weights, allow_pickle=False)
+        if w.ndim != 2:
+            raise ValueError(f"--weights must hold a 2-D matrix, got shape {w.shape}")
+        return w
+    if args.rows < 1 or args.cols < 1:
+        raise ValueError("--rows and --cols must be at least 1")
+    rng = np.random.default_rng(args.seed)
+    w = rng.standard_normal((args.rows, args.cols)) / np.sqrt(args.cols)
+    w[0] *= args.outlier
+    return w.astype(np.float32)
+
+
+def run(args: argparse.Namespace) -> int:
+    w = _matrix(args)
+    m, n = w.shape
+    x = np.random.default_rng(args.seed + 1).standard_normal(n).astype(np.float32)
+    symmetric = not args.asymmetric
+    kind = "symmetric" if symmetric else "asymmetric"
+    ok = True
+    with Device(args.device) as dev:
+        print(f"{m} x {n} weights, {args.bits}-bit {kind} RTN on {dev.info.name}")
+        for per_channel in (False, True):
+            qt = quantize(
+                w, bits=args.bits, symmetric=symmetric, per_channel=per_channel, device=dev
+            )
+            e = quant_error(w, qt, x)
+            ok &= e.holds()
+            print("  " + format_report("per channel" if per_channel else "per tensor", e))
+    assert e.out_err is not None and e.bound_out is not None
+    ratio = e.max_err / e.bound_max
+    print(f"\nper channel, the {min(args.top, m)} rows closest to their bound:")
+    print(
+        "  row   scale s_i   max|err|    s_i/2       rms err     s_i/sqrt12  |dy_i|      s_i/2|x|_1"
+    )
+    for i in np.argsort(-ratio, kind="stable")[: args.top]:
+        print(
+            f"  {i:<5} {e.scale[i]:.4e}  {e.max_err[i]:.4e}  {e.bound_max[i]:.4e}  "
+            f"{e.rms_err[i]:.4e}  {e.typical_rms[i]:.4e}  {e.out_err[i]:.4e}  {e.bound_out[i]:.4e}"
+        )
+    print("all worst-case bounds hold" if ok else "A WORST-CASE BOUND FAILED")
+    return 0 if ok else 1
