@@ -3,6 +3,7 @@
 Non-contiguous, negative-stride, broadcast, unaligned, byte-swapped, read-only, huge
 in one dimension and empty in another, numpy scalars: each either gives the reference
 answer or a TypeError/ValueError naming the argument. No input is ever modified.
+Softmax and asarray first; quantize and matvec where vkcore has them.
 """
 
 from __future__ import annotations
@@ -212,3 +213,103 @@ def test_inputs_with_non_finite_values_are_not_modified(device):
     assert snapshot(x) == before
     np.testing.assert_array_equal(np.isnan(y), np.isnan(vkcore.reference.softmax(x)))
     np.testing.assert_allclose(y, vkcore.reference.softmax(x), atol=1e-6, rtol=0)
+
+
+# ---------------------------------------------------------------- quantization inputs
+needs_quant = pytest.mark.skipif(
+    not hasattr(vkcore, "quantize"), reason="this vkcore has no quantization kernels"
+)
+
+
+@needs_quant
+@pytest.mark.parametrize("name", sorted(layouts()))
+def test_quantize_any_layout_equals_contiguous(device, name):
+    w = layouts()[name]
+    before = snapshot(w)
+    if w.ndim != 2:
+        with pytest.raises(ValueError, match="2-D"):
+            vkcore.quantize(w, device=device)
+        return
+    qt = vkcore.quantize(w, bits=8, symmetric=False, device=device)
+    try:
+        assert snapshot(w) == before, "quantize modified its input"
+        q, s, z = vkcore.reference.quantize(np.ascontiguousarray(w, np.float32), 8, False, True)
+        np.testing.assert_array_equal(qt.q, q)
+        np.testing.assert_array_equal(qt.scale, s)
+        np.testing.assert_array_equal(qt.zero_point, z)
+    finally:
+        qt.release()
+
+
+def vector_layouts(n: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(4)
+    v = rng.standard_normal(2 * n).astype(np.float32)
+    readonly = v[:n].copy()
+    readonly.flags.writeable = False
+    return {
+        "contiguous": v[:n].copy(),
+        "every_other": v[::2],
+        "reversed": v[:n][::-1],
+        "column_of_matrix": np.asfortranarray(v.reshape(n, 2))[:, 0],
+        "readonly": readonly,
+        "byteswapped": v[:n].astype(">f4"),
+        "float64": v[:n].astype(np.float64),
+        "broadcast": np.broadcast_to(np.float32(0.5), (n,)),
+    }
+
+
+@needs_quant
+@pytest.mark.parametrize("activations", ["float", "int8", "uint8"])
+@pytest.mark.parametrize("name", sorted(vector_layouts(4)))
+def test_matvec_any_vector_layout(device, name, activations):
+    n = 37
+    w = base_matrix(9, n)
+    qt = vkcore.quantize(w, device=device)
+    try:
+        x = vector_layouts(n)[name]
+        bias = vector_layouts(9)[name]
+        before = (snapshot(x), snapshot(bias))
+        y = vkcore.matvec(qt, x, bias=bias, activations=activations, device=device)
+        assert (snapshot(x), snapshot(bias)) == before, "matvec modified its input"
+        x32, b32 = np.ascontiguousarray(x, np.float32), np.ascontiguousarray(bias, np.float32)
+        want = vkcore.matvec(qt, x32, bias=b32, activations=activations, device=device)
+        np.testing.assert_array_equal(y, want)
+    finally:
+        qt.release()
+
+
+@needs_quant
+@pytest.mark.parametrize(
+    ("w", "error", "pattern"),
+    [
+        (np.float32(1.0), ValueError, "2-D"),
+        (np.ones(5, np.float32), ValueError, "2-D"),
+        (np.ones((0, 5), np.float32), ValueError, "empty"),
+        (np.ones((5, 0), np.float32), ValueError, "empty"),
+        (np.ones((2, 3, 4), np.float32), ValueError, "2-D"),
+        (np.ones((2, 3), np.int8), TypeError, "float"),
+        (None, TypeError, "w must"),
+    ],
+)
+def test_quantize_refuses_bad_weights_clearly(device, w, error, pattern):
+    with pytest.raises(error, match=pattern):
+        vkcore.quantize(w, device=device)
+
+
+@needs_quant
+@pytest.mark.parametrize(
+    ("x", "pattern"),
+    [
+        (np.float32(1.0), "shape"),
+        (np.ones(36, np.float32), "shape"),
+        (np.ones((37, 1), np.float32), "shape"),
+        (np.empty(0, np.float32), "shape"),
+    ],
+)
+def test_matvec_refuses_bad_vectors_clearly(device, x, pattern):
+    qt = vkcore.quantize(base_matrix(9, 37), device=device)
+    try:
+        with pytest.raises(ValueError, match=pattern):
+            vkcore.matvec(qt, x, device=device)
+    finally:
+        qt.release()
