@@ -272,8 +272,9 @@ def probe(kernel_names: Sequence[str], started: float) -> dict[str, Any]:
                 "spirv": sum(p["spirv_seconds"] for p in created),
                 "module": sum(p["module_seconds"] for p in created),
                 "pipeline": sum(p["create_seconds"] for p in created),
-                "first_dispatch": sum(w for w, _ in first),
-                "second_dispatch": sum(w for w, _ in second),
+                # None, not 0, if a kernel ever bypasses submitter.run: never a silent zero.
+                "first_dispatch": sum(w for w, _ in first) if first else None,
+                "second_dispatch": sum(w for w, _ in second) if second else None,
                 "first_result": first_result,
             }
             results[name] = {
