@@ -55,6 +55,10 @@ lint: setup
 
 # Cold vs warm pipeline creation, one fresh process per sample (under 2 minutes on lavapipe);
 # draws cache/coldwarm.png when matplotlib is installed.
+# Kernels against their baselines (a few minutes); the table on stdout, the plot in cache/.
+bench: setup
+	$(PY) -m vkcore bench $$($(PY) -c 'import matplotlib' 2>/dev/null && echo --plot cache/bench.png)
+
 coldwarm: setup
 	$(PY) -m vkcore coldwarm $$($(PY) -c 'import matplotlib' 2>/dev/null && echo --plot cache/coldwarm.png)
 

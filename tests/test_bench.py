@@ -1,0 +1,119 @@
+"""Smoke tests of ``vkcore bench``: the JSON schema and the table, never timings."""
+
+import json
+
+import numpy as np
+import pytest
+
+from vkcore import bench
+from vkcore.cli import main
+
+COMPARISON_KEYS = {
+    "group",
+    "title",
+    "shape",
+    "clock",
+    "baseline",
+    "candidate",
+    "baseline_s",
+    "candidate_s",
+    "candidate_device_s",
+    "min_bytes",
+    "overhead",
+    "ratio",
+    "ratio_spread",
+    "baseline_median_s",
+    "candidate_median_s",
+    "candidate_device_median_s",
+    "bandwidth_bytes_per_s",
+}
+
+
+@pytest.fixture(scope="module")
+def quick_json(tmp_path_factory):
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["bench", "--quick", "--json", "--repeats", "1", "--no-progress"])
+    assert code == 0
+    return json.loads(out.getvalue())
+
+
+def test_quick_json_has_every_comparison_and_sample(quick_json):
+    env = quick_json["environment"]
+    for key in (
+        "date",
+        "cpu_model",
+        "cpu_count",
+        "lp_num_threads",
+        "device",
+        "driver",
+        "device_info",
+    ):
+        assert key in env
+    assert quick_json["quick"] is True and quick_json["repeats"] == 1
+    groups = {c["group"] for c in quick_json["comparisons"]}
+    expected = {
+        "online_vs_safe",
+        "online_vs_safe_long",
+        "softmax_vs_numpy_e2e",
+        "softmax_vs_numpy_resident",
+        "tiny_overhead",
+    }
+    if quick_json["quant_kernels"]:
+        expected |= {"int8_vs_fp32", "int8_vs_blas", "quantize_vs_numpy"}
+    assert expected <= groups
+    for c in quick_json["comparisons"]:
+        assert set(c) >= COMPARISON_KEYS
+        assert len(c["baseline_s"]) >= 1 and len(c["candidate_s"]) >= 1
+        assert all(s > 0 for s in c["baseline_s"] + c["candidate_s"])
+        assert c["ratio"] > 0
+    assert quick_json["copy_bandwidth_median"] > 0
+
+
+def test_every_target_is_reported(quick_json):
+    reported = {t["group"] for t in quick_json["targets"]}
+    assert reported == set(bench.TARGETS)
+    for t in quick_json["targets"]:
+        if t["value"] is None:
+            assert t["met"] is None and t["note"]
+        else:
+            assert t["met"] in (True, False)
+
+
+def test_table_and_plot_render(quick_json, tmp_path):
+    table = bench.format_table(quick_json)
+    for t in bench.TARGETS.values():
+        assert t[2] in table
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "bench.png"
+    bench.write_plot(quick_json, str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_ratio_direction_and_spread():
+    c = bench.Comparison("g", "t", (1,), "wall", "b", "c", [2.0, 4.0, 2.0], [1.0, 1.0, 1.0])
+    assert c.ratio == 2.0
+    assert c.spread == (2.0, 4.0)
+    over = bench.Comparison("g", "t", (1,), "wall", "floor", "call", [1.0], [3.0], overhead=True)
+    assert over.ratio == 3.0
+
+
+def test_numpy_baselines_compute_what_they_claim(rng):
+    x = rng.standard_normal((3, 50)).astype(np.float32)
+    np.testing.assert_allclose(
+        bench.numpy_softmax(x), np.exp(x) / np.exp(x).sum(-1, keepdims=True), rtol=1e-5
+    )
+    w = rng.standard_normal((4, 9)).astype(np.float32)
+    q, s = bench.numpy_quantize(w)
+    assert q.dtype == np.int8 and np.abs(q).max() == 127
+    np.testing.assert_allclose(q * s[:, None], w, atol=float(s.max()) / 2 + 1e-7)
+
+
+def test_bad_options_are_usage_errors(capsys):
+    assert main(["bench", "--repeats", "0"]) == 2
+    assert main(["bench", "--plot", "out.svg"]) == 2
+    err = capsys.readouterr().err
+    assert "--repeats" in err and "--plot" in err

@@ -1,0 +1,48 @@
+"""``vkcore bench``: kernels against their baselines; ``--quick``, ``--json``, ``--plot``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .. import bench
+from ..device import Device
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench", help="measure every kernel against its baseline (ratios, bandwidth)"
+    )
+    p.add_argument("--quick", action="store_true", help="fewer shapes and repeats (under a minute)")
+    p.add_argument(
+        "--json", action="store_true", help="print every sample and the environment as JSON"
+    )
+    p.add_argument(
+        "--plot", metavar="FILE.png", help="write ratios and the roofline to a PNG (matplotlib)"
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="repetitions per comparison (default 5 quick, 11 full)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--check", action="store_true", help="exit 1 when a measured target is missed")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.repeats is not None and args.repeats < 1:
+        raise ValueError(f"--repeats must be at least 1, got {args.repeats}")
+    if args.plot and not args.plot.lower().endswith(".png"):
+        raise ValueError(f"--plot must name a .png file, got {args.plot!r}")
+    with Device(args.device) as dev:
+        result = bench.run_bench(
+            dev, quick=args.quick, repeats=args.repeats, progress=not args.no_progress
+        )
+    if args.plot:
+        bench.write_plot(result, args.plot)
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    print(bench.to_json(result) if args.json else bench.format_table(result))
+    missed = [t for t in result["targets"] if t["met"] is False]
+    return 1 if args.check and missed else 0
