@@ -101,6 +101,7 @@ def test_json_has_every_stage_for_every_condition_with_median_and_spread(run):
                 assert s["n"] == 1 and s["min"] <= s["median"] <= s["max"] and s["spread"] >= 0
                 assert s["median"] > 0, (cond, stage)
     assert set(report["ratios"]) == {"vkcore", "driver", "all"}
+    assert set(report["ratios_per_kernel"]) == {"softmax-online"}
     for by_stage in report["ratios"].values():
         assert set(by_stage) == set(coldwarm.STAGES) and all(r > 0 for r in by_stage.values())
     env = report["environment"]
@@ -368,7 +369,7 @@ def _report(
     report = {
         "settings": {"kernels": ["k"], "conditions": conditions, "repeats": 1},
         "summary": summary,
-        "ratios": coldwarm.ratios(summary["pooled"]),
+        "ratios": coldwarm.ratios(summary),
         "samples": samples,
         "environment": {
             "name": name,
@@ -392,6 +393,32 @@ def test_findings_say_why_a_header_only_cache_does_not_help():
     assert "JIT" in text and "first dispatch costs 140.0 ms" in text
     assert "warm/cold = 0.03" in text  # the driver cache on the first dispatch
     assert "warm/cold = 0.07" in text  # the SPIR-V cache
+
+
+def test_a_header_only_cache_is_never_credited_with_noise():
+    text = " ".join(_report(pipeline_warm=0.0029, hits=False, loaded=32)["findings"])
+    assert "warm/cold = 0.72, no speedup" in text and "run-to-run noise" in text
+    assert "faster" not in text
+
+
+def test_ratios_are_the_median_of_per_kernel_ratios():
+    def sample(cond, kernel, pipeline):
+        return {"condition": cond, "kernel": kernel, "stages": {**COLD, "pipeline": pipeline}}
+
+    # Kernel a: 1 ms -> 0.5 ms (0.5); kernel b: 20 ms -> 20 ms (1.0); c: 10 -> 8 (0.8).
+    samples = [
+        sample("cold", "a", 0.001),
+        sample("vkcore", "a", 0.0005),
+        sample("cold", "b", 0.020),
+        sample("vkcore", "b", 0.020),
+        sample("cold", "c", 0.010),
+        sample("vkcore", "c", 0.008),
+    ]
+    summary = coldwarm.summarize(samples, ["cold", "vkcore"], ["a", "b", "c"])
+    assert coldwarm.ratios(summary)["vkcore"]["pipeline"] == pytest.approx(0.8)
+    per_kernel = coldwarm.kernel_ratios(summary)
+    assert per_kernel["a"]["vkcore"]["pipeline"] == pytest.approx(0.5)
+    assert per_kernel["b"]["vkcore"]["first_dispatch"] == pytest.approx(1.0)
 
 
 def test_findings_report_the_ratio_when_the_pipeline_cache_helps():

@@ -420,7 +420,8 @@ def measure(
     }
     summary = summarize(run.samples, conditions, kernels)
     report["summary"] = summary
-    report["ratios"] = ratios(summary["pooled"])
+    report["ratios"] = ratios(summary)
+    report["ratios_per_kernel"] = kernel_ratios(summary)
     report["findings"] = findings(report)
     return report
 
@@ -624,19 +625,43 @@ def summarize(
     return {"pooled": pooled, "per_kernel": per_kernel}
 
 
-def ratios(pooled: dict[str, Any]) -> dict[str, dict[str, float | None]]:
-    """Warm median / cold median per stage, for every warm condition measured with cold."""
-    if "cold" not in pooled:
-        return {}
+def kernel_ratios(summary: dict[str, Any]) -> dict[str, dict[str, dict[str, float | None]]]:
+    """Per kernel, warm condition and stage: median warm / median cold of that kernel."""
+    out = {}
+    for kernel, tables in summary["per_kernel"].items():
+        if "cold" not in tables:
+            return {}
+        out[kernel] = {
+            cond: {
+                stage: _quotient(table[stage]["median"], tables["cold"][stage]["median"])
+                for stage in STAGES
+            }
+            for cond, table in tables.items()
+            if cond != "cold"
+        }
+    return out
+
+
+def ratios(summary: dict[str, Any]) -> dict[str, dict[str, float | None]]:
+    """Warm/cold per warm condition and stage: the median over kernels of each kernel's
+    ratio, so kernels of very different cost (one pipeline or three) do not mix."""
+    per_kernel = kernel_ratios(summary)
+    conditions = [c for c in summary["pooled"] if c != "cold"] if per_kernel else []
     out: dict[str, dict[str, float | None]] = {}
-    for cond, table in pooled.items():
-        if cond == "cold":
-            continue
+    for cond in conditions:
         out[cond] = {}
         for stage in STAGES:
-            warm, cold = table[stage]["median"], pooled["cold"][stage]["median"]
-            out[cond][stage] = warm / cold if warm is not None and cold else None
+            values: list[float] = []
+            for by_cond in per_kernel.values():
+                value = by_cond[cond][stage]
+                if value is not None:
+                    values.append(value)
+            out[cond][stage] = statistics.median(values) if values else None
     return out
+
+
+def _quotient(warm: float | None, cold: float | None) -> float | None:
+    return warm / cold if warm is not None and cold else None
 
 
 # ---------------------------------------------------------------------------- words
@@ -727,34 +752,34 @@ def _spirv_cache(r: dict[str, Any], report: dict[str, Any]) -> str:
 
 def _pipeline_cache(r: dict[str, Any], report: dict[str, Any]) -> str:
     warm = [s for s in report["samples"] if s["condition"] in ("vkcore", "all")]
-    hits = any(h for s in warm for h in s["cache_hits"])
-    loaded = [s["pipeline_cache"].get("loaded_bytes") for s in warm]
-    loaded_known = [b for b in loaded if isinstance(b, int)]
+    feedback = [h for s in warm for h in s["cache_hits"] if h is not None]
+    loaded = [b for s in warm if isinstance(b := s["pipeline_cache"].get("loaded_bytes"), int)]
     on_disk = max((v["pipeline_cache"] for v in report["primed_cache_bytes"].values()), default=0)
     ratio = r["pipeline"]
-    if loaded_known:
-        blob = f"the blob loaded was {max(loaded_known)} bytes"
+    blob = f"the blob loaded was {max(loaded)} bytes" if loaded else "no blob size was reported"
+    if not feedback:
+        hit_text = "creation feedback is not available on this driver"
     else:
-        blob = "no blob size was reported by this vkcore's pipeline cache"
+        hit_text = (
+            f"creation feedback {'reported' if any(feedback) else 'never reported'} an "
+            "application-cache hit"
+        )
     evidence = (
-        f"{blob}, {on_disk} bytes of pipeline-cache files were on disk after priming, and creation "
-        f"feedback {'reported' if hits else 'never reported'} an application-cache hit"
+        f"{blob}, {on_disk} bytes of pipeline-cache files were on disk after priming, "
+        f"and {hit_text}"
     )
-    header_only = bool(loaded_known) and max(loaded_known) <= _HEADER_BYTES
-    if not hits and (ratio is None or ratio > _NO_SPEEDUP_RATIO):
-        why = (
-            "the driver does not serialize pipelines (the blob is the header only)"
-            if header_only or on_disk == 0 or not loaded_known
-            else "the driver did not use the data it was given"
-        )
+    head = f"vkcore's pipeline cache: vkCreateComputePipelines warm/cold = {_ratio(ratio)}"
+    noise = "so a difference from 1 is run-to-run noise"
+    if loaded and max(loaded) <= _HEADER_BYTES and not any(feedback):
         return (
-            "vkcore's pipeline cache: vkCreateComputePipelines "
-            f"warm/cold = {_ratio(ratio)}, no speedup, because {why}: {evidence}."
+            f"{head}, no speedup, because the driver does not serialize pipelines (the blob is "
+            f"the header only, {noise}): {evidence}."
         )
-    return (
-        f"vkcore's pipeline cache: vkCreateComputePipelines warm/cold = {_ratio(ratio)} "
-        f"({_speedup(ratio)} faster); {evidence}."
-    )
+    if not loaded and on_disk == 0 and not any(feedback):
+        return f"{head}, no speedup: no pipeline-cache file was written ({noise}); {evidence}."
+    if any(feedback) or (ratio is not None and ratio <= _NO_SPEEDUP_RATIO):
+        return f"{head} ({_speedup(ratio)} faster); {evidence}."
+    return f"{head}, no speedup: the driver did not use the data it was given; {evidence}."
 
 
 def _ms(seconds: float | None) -> str:
