@@ -854,6 +854,7 @@ def format_report(report: dict[str, Any]) -> str:
         f"(+{len(report['primed_cache_bytes'])} priming), {report['elapsed_seconds']:.1f} s",
         "",
         format_table(report),
+        "ratio columns: the median over kernels of each kernel's warm median / cold median",
         "",
         "total to first result per kernel (ms, median):",
     ]
