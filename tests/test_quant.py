@@ -299,3 +299,11 @@ def test_quant_report_cli(capsys):
     assert "per tensor" in out and "per channel" in out and "all worst-case bounds hold" in out
     assert main(["quant-report", "--asymmetric", "--bits", "3", "--rows", "4", "--cols", "5"]) == 0
     assert main(["quant-report", "--bits", "1"]) == 2
+
+
+def test_rows_past_the_grid_limit_are_refused(device, monkeypatch):
+    monkeypatch.setattr(quant, "WORKGROUP", 1)
+    limit = device.info.max_compute_work_group_count[0]
+    with pytest.raises(ValueError, match="maxComputeWorkGroupCount"):
+        quant.column_groups(device, limit + 1)
+    assert quant.column_groups(device, limit) == limit

@@ -46,7 +46,7 @@ def integer_range(bits: int, symmetric: bool) -> tuple[int, int]:
     return 0, 2**bits - 1
 
 
-def round_quotient(w: np.ndarray, s: np.ndarray) -> np.ndarray:
+def round_quotient(w: np.ndarray | np.floating, s: np.ndarray | np.floating) -> np.ndarray:
     """roundEven of the exact real quotient w / s for float32 w and s (as float64 integers).
 
     The float64 quotient of two float32 values is never rounded onto or across a

@@ -44,7 +44,7 @@ def _matrix(args: argparse.Namespace) -> np.ndarray:
     if args.rows < 1 or args.cols < 1:
         raise ValueError("--rows and --cols must be at least 1")
     rng = np.random.default_rng(args.seed)
-    w = rng.standard_normal((args.rows, args.cols)) / np.sqrt(args.cols)
+    w = np.asarray(rng.standard_normal((args.rows, args.cols)) / np.sqrt(args.cols))
     w[0] *= args.outlier
     return w.astype(np.float32)
 
@@ -52,7 +52,7 @@ def _matrix(args: argparse.Namespace) -> np.ndarray:
 def run(args: argparse.Namespace) -> int:
     w = _matrix(args)
     m, n = w.shape
-    x = np.random.default_rng(args.seed + 1).standard_normal(n).astype(np.float32)
+    x = np.asarray(np.random.default_rng(args.seed + 1).standard_normal(n), dtype=np.float32)
     symmetric = not args.asymmetric
     kind = "symmetric" if symmetric else "asymmetric"
     ok = True

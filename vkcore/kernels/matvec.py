@@ -36,7 +36,15 @@ from ..commands import Dispatch
 from ..device import Device, resolve
 from ..memory import Buffer, Tensor
 from . import _common as c
-from .quant import BLOCK, Chunk, QuantizedTensor, grid_rows, row_slices, rows_per_buffer
+from .quant import (
+    BLOCK,
+    Chunk,
+    QuantizedTensor,
+    ScratchOwner,
+    grid_rows,
+    row_slices,
+    rows_per_buffer,
+)
 
 ACTIVATIONS = ("float", "int8", "uint8")
 MODES = {"float": 0, "int8": 1, "uint8": 2}
@@ -83,7 +91,7 @@ def workgroup_size(device: Device) -> int:
 
 
 # --------------------------------------------------------------------------- the fp32 baseline
-class F32Matrix:
+class F32Matrix(ScratchOwner):
     """float32 weights resident on the device, in the same padded row layout as
     :class:`QuantizedTensor` (rows padded to 16 floats, split by rows across buffers)."""
 
@@ -106,8 +114,6 @@ class F32Matrix:
             buf.write(padded[:rows])
             self.chunks.append(Chunk(row0, rows, buf))
         self.scratch: dict[str, Buffer] = {}
-
-    scratch_buffer = QuantizedTensor.scratch_buffer
 
     def release(self) -> None:
         for ch in self.chunks:
@@ -254,14 +260,11 @@ def _steps(
     else:
         pipe = _pipeline(dev, mode, mat.symmetric, not mat.symmetric)
         blocks = mat.row_bytes // BLOCK
-        scale, zero = mat.scale_tensor.buffer, mat.zero_point_tensor.buffer
-        assert scale is not None and zero is not None
+        scale, zero = _group_buffers(mat)
         per_channel = int(mat.per_channel)
-        rowsum = dummy
-        if mode == MODES["uint8"]:
-            rowsum = _rowsum(mat, steps)
+        rowsum = _rowsum(mat, steps) if mode == MODES["uint8"] else dummy
     act, act_vec = xbuf, xbuf
-    if mode in (1, 2):
+    if mode in (1, 2) and isinstance(mat, QuantizedTensor):
         act = _quantize_activations(mat, xbuf, mode, steps)
         act_vec = dummy
     n = mat.shape[1]
@@ -270,6 +273,12 @@ def _steps(
         buffers = (ch.buffer, scale, zero, rowsum, act, act_vec, bbuf, ybuf)
         steps.append(Dispatch(pipe, buffers, push, _grid(dev, ch.rows)))
     return steps
+
+
+def _group_buffers(qt: QuantizedTensor) -> tuple[Buffer, Buffer]:
+    scale, zero = qt.scale_tensor.buffer, qt.zero_point_tensor.buffer
+    assert scale is not None and zero is not None
+    return scale, zero
 
 
 def _grid(dev: Device, rows: int) -> tuple[int, int, int]:
@@ -302,8 +311,7 @@ def _rowsum(qt: QuantizedTensor, steps: list[Dispatch]) -> Buffer:
     qt.rowsum = Buffer(dev, 4 * m)
     pipe = _pipeline(dev, MODE_ROWSUM, qt.symmetric, not qt.symmetric)
     dummy = c.dummy_buffer(dev)
-    scale, zero = qt.scale_tensor.buffer, qt.zero_point_tensor.buffer
-    assert scale is not None and zero is not None
+    scale, zero = _group_buffers(qt)
     for ch in qt.chunks:
         push = c.pack_u32(
             qt.row_bytes // BLOCK, qt.shape[1], ch.rows, ch.row0, int(qt.per_channel), 0, 0

@@ -66,7 +66,24 @@ class Chunk:
     buffer: Buffer
 
 
-class QuantizedTensor:
+class ScratchOwner:
+    """Keeps per-call buffers (vectors in and out) for reuse by later calls."""
+
+    device: Device
+    scratch: dict[str, Buffer]
+
+    def scratch_buffer(self, name: str, nbytes: int) -> Buffer:
+        """A buffer of at least ``nbytes`` kept for reuse across calls."""
+        buf = self.scratch.get(name)
+        if buf is None or not buf.alive or buf.nbytes < nbytes:
+            if buf is not None:
+                buf.destroy()
+            buf = Buffer(self.device, nbytes)
+            self.scratch[name] = buf
+        return buf
+
+
+class QuantizedTensor(ScratchOwner):
     """Quantized weights kept on the device, with their scale and zero point.
 
     ``q``, ``scale`` and ``zero_point`` read back as numpy arrays (``q``: int8 when
@@ -117,16 +134,6 @@ class QuantizedTensor:
     @property
     def zero_point(self) -> np.ndarray:
         return self.zero_point_tensor.numpy()
-
-    def scratch_buffer(self, name: str, nbytes: int) -> Buffer:
-        """A buffer of at least ``nbytes`` kept for reuse across calls."""
-        buf = self.scratch.get(name)
-        if buf is None or not buf.alive or buf.nbytes < nbytes:
-            if buf is not None:
-                buf.destroy()
-            buf = Buffer(self.device, nbytes)
-            self.scratch[name] = buf
-        return buf
 
     def release(self) -> None:
         """Free the device memory now (also happens when the object is collected)."""
@@ -236,6 +243,18 @@ def grid_rows(device: Device) -> int:
     return int(device.info.max_compute_work_group_count[1])
 
 
+def column_groups(device: Device, count: int) -> int:
+    """Workgroups along a row of ``count`` items, or a clear error past the grid limit."""
+    groups = c.ceil_div(count, WORKGROUP)
+    limit = int(device.info.max_compute_work_group_count[0])
+    if groups > limit:
+        raise ValueError(
+            f"rows of {count} items need {groups} workgroups, more than this device's "
+            f"maxComputeWorkGroupCount[0] ({limit}); split the matrix by columns"
+        )
+    return groups
+
+
 # --------------------------------------------------------------------------- quantize
 def quantize(
     w: Any,
@@ -318,7 +337,7 @@ def _run_quantize(
                         int(per_channel),
                     )
                     push += np.array([qmin, qmax], dtype="<i4").tobytes()
-                    groups = (c.ceil_div(words, WORKGROUP), count, 1)
+                    groups = (column_groups(dev, words), count, 1)
                     steps.append(Dispatch(pipe, (staging, ch.buffer, params), push, groups))
                 dev.submitter.run(steps)
     finally:
@@ -363,7 +382,7 @@ def dequantize(qt: QuantizedTensor, *, device: Device | None = None) -> np.ndarr
                         int(qt.per_channel),
                         int(qt.symmetric),
                     )
-                    groups = (c.ceil_div(n, WORKGROUP), count, 1)
+                    groups = (column_groups(dev, n), count, 1)
                     steps.append(
                         Dispatch(pipe, (ch.buffer, scale_buf, zero_buf, ybuf), push, groups)
                     )
