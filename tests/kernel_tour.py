@@ -23,6 +23,7 @@ import numpy as np
 
 import vkcore
 from vkcore import reference, spirv
+from vkcore.kernels import softmax as softmax_kernels
 
 SOFTMAX_MAX_ABS_ERR = 1e-6
 
@@ -46,6 +47,13 @@ def tour_softmax(device: vkcore.Device, rng: np.random.Generator) -> list[str]:
             assert err <= SOFTMAX_MAX_ABS_ERR, f"{case}: max |err| {err:.2e}"
             assert np.all(got[0, :3] == 0), f"{case}: masked entries are not exactly 0"
             done.append(case)
+    roofline_copy = getattr(softmax_kernels, "roofline_copy", None)
+    if roofline_copy is not None:  # the bench's bandwidth probe: an exact copy
+        x = rng.standard_normal(4096).astype(np.float32)
+        xt, yt = vkcore.asarray(x, device=device), vkcore.Tensor.empty((4096,), np.float32, device)
+        roofline_copy(xt, yt)
+        assert np.array_equal(yt.numpy(), x), "softmax roofline copy"
+        done.append("softmax roofline copy")
     return done
 
 
