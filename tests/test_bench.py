@@ -71,6 +71,7 @@ def test_quick_json_has_every_comparison_and_sample(quick_json):
         assert all(s > 0 for s in c["baseline_s"] + c["candidate_s"])
         assert c["ratio"] > 0
     assert quick_json["copy_bandwidth_median"] > 0
+    assert quick_json["kernel_copy_bandwidth_median"] > 0
 
 
 def test_every_target_is_reported(quick_json):

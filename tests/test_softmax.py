@@ -207,3 +207,13 @@ def test_destroyed_pooled_buffers_drop_their_recordings(device, rng):
     hits = device.submitter.reuse_hits
     check_accuracy(vkcore.softmax(x, device=device), x)
     assert device.submitter.reuse_hits == hits, "a recording of destroyed buffers was reused"
+
+
+def test_roofline_copy_copies(device, rng):
+    x = rng.standard_normal(4096 + 4).astype(np.float32)
+    tx = vkcore.asarray(x, device=device)
+    ty = vkcore.Tensor.empty(x.shape, np.float32, device)
+    sm.roofline_copy(tx, ty)
+    np.testing.assert_array_equal(ty.numpy(), x)
+    with pytest.raises(ValueError, match="multiple of 4"):
+        sm.roofline_copy(vkcore.asarray(x[:5], device=device), vkcore.asarray(x[:5], device=device))

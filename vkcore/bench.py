@@ -207,6 +207,23 @@ def copy_bandwidth(repeats: int, nbytes: int = 256 << 20) -> list[float]:
     return out
 
 
+def kernel_copy_bandwidth(dev: Device, repeats: int, elements: int = 1 << 24) -> list[float]:
+    """Bytes per second (read + write, device time) of a copy kernel that loads and stores
+    like the softmax kernels do: the device's own roof for them."""
+    from .kernels.softmax import roofline_copy
+
+    x = vkcore.asarray(np.ones(elements, dtype=np.float32), device=dev)
+    y = vkcore.Tensor.empty((elements,), np.float32, dev)
+    try:
+        roofline_copy(x, y)
+        seconds = [roofline_copy(x, y) for _ in range(repeats)]
+        return [2 * x.nbytes / s for s in seconds if s]
+    finally:
+        for t in (x, y):
+            assert t.buffer is not None
+            t.buffer.destroy()
+
+
 def numpy_softmax(x: np.ndarray) -> np.ndarray:
     """The baseline a numpy user writes: exp(x - max) / sum, float32 throughout."""
     e = np.exp(x - x.max(axis=-1, keepdims=True))
@@ -483,6 +500,7 @@ def run_bench(
         )
     bar = Progress(len(steps) + 1, enabled=progress)
     copies = copy_bandwidth(reps)
+    kernel_copies = kernel_copy_bandwidth(dev, reps)
     bar.step("copy bandwidth")
     comparisons: list[Comparison] = []
     started = time.perf_counter()
@@ -496,6 +514,8 @@ def run_bench(
         "seconds": time.perf_counter() - started,
         "copy_bandwidth_bytes_per_s": copies,
         "copy_bandwidth_median": statistics.median(copies),
+        "kernel_copy_bandwidth_bytes_per_s": kernel_copies,
+        "kernel_copy_bandwidth_median": statistics.median(kernel_copies),
         "quant_kernels": quant,
         "comparisons": [c.summary() for c in comparisons],
         "targets": verdicts(comparisons),
@@ -557,7 +577,9 @@ def format_table(result: dict[str, Any]) -> str:
         f"date {env['date']}  cpu {env['cpu_model']} x{env['cpu_count']}  "
         f"LP_NUM_THREADS={env['lp_num_threads'] or 'unset'}",
         f"device {env['device']}  driver {env['driver']}",
-        f"numpy copy bandwidth {copy_gbs:.1f} GB/s (read + write)",
+        f"numpy copy bandwidth {copy_gbs:.1f} GB/s (read + write); a copy kernel with the "
+        f"softmax access pattern: {result['kernel_copy_bandwidth_median'] / 1e9:.1f} GB/s "
+        "(device time)",
         "",
         f"{'comparison':<52} {'shape':>14} {'baseline':>10} {'vkcore':>10} {'ratio':>7} "
         f"{'spread':>13} {'GB/s':>6} {'roof':>5}",
@@ -614,6 +636,11 @@ def write_plot(result: dict[str, Any], path: str) -> None:
     bw = [(c["bandwidth_bytes_per_s"] or 0) / 1e9 for c in comps]
     ax2.bar(range(len(comps)), bw)
     ax2.axhline(result["copy_bandwidth_median"] / 1e9, color="red", label="numpy copy")
+    ax2.axhline(
+        result["kernel_copy_bandwidth_median"] / 1e9,
+        color="purple",
+        label="copy kernel on the device",
+    )
     ax2.set_xticks(range(len(comps)), labels, rotation=75, fontsize=7)
     ax2.set_ylabel("effective GB/s")
     ax2.set_title("roofline position: minimum bytes moved / time")

@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import spirv
 from ..commands import Dispatch
-from ..device import Device, resolve
+from ..device import Device, per_device_map, resolve
 from ..memory import Buffer, Tensor, buffer_pool
 from ..pipeline import Pipeline
 from . import _common as c
@@ -29,6 +29,7 @@ ALGORITHMS = ("online", "safe")
 # Every shader variant _dispatches can request (precompiled into the wheel).
 spirv.register_variants("softmax_online.comp", spirv.define_grid(STAGE=[0, 1, 2], VEC4=[0, 1]))
 spirv.register_variants("softmax_safe.comp", spirv.define_grid(STAGE=[0, 1, 2, 3], VEC4=[0, 1]))
+spirv.register_variants("softmax_roofline.comp", [{}])
 # A workgroup's share of a row is at least this many elements when a row is split.
 MIN_CHUNK_ELEMENTS = 8192
 # Loop steps one invocation may take per pass. llvmpipe ends any shader loop after 65,535
@@ -48,7 +49,8 @@ def workgroup_size(device: Device) -> int:
     if device.info.is_cpu:
         return max(1, device.info.subgroup_size or 8)
     info = device.info
-    return min(GPU_WORKGROUP, info.max_compute_work_group_size[0], info.max_compute_work_group_invocations)
+    limit = min(info.max_compute_work_group_size[0], info.max_compute_work_group_invocations)
+    return min(GPU_WORKGROUP, limit)
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ def plan(device: Device, rows: int, n: int, workgroup: int | None = None) -> Pla
     return Plan(rows, n, vec4, units, chunk, nchunks, wg)
 
 
-_plans: weakref.WeakKeyDictionary[Device, dict[tuple[int, int], Plan]] = weakref.WeakKeyDictionary()
+_plans: weakref.WeakKeyDictionary[Device, dict[tuple[int, int], Plan]] = per_device_map()
 
 
 def _cached_plan(device: Device, rows: int, n: int) -> Plan:
@@ -96,7 +98,7 @@ def _cached_plan(device: Device, rows: int, n: int) -> Plan:
 
 
 _pipes: weakref.WeakKeyDictionary[Device, dict[tuple[str, int, bool, int], Pipeline]] = (
-    weakref.WeakKeyDictionary()
+    per_device_map()
 )
 
 
@@ -210,3 +212,28 @@ def _softmax_tensor(x: Tensor, algorithm: str) -> Tensor:
         if p.nchunks > 1:
             parts.destroy()
     return y
+
+
+def roofline_copy(x: Tensor, y: Tensor) -> float | None:
+    """Copy x to y with the softmax kernels' access pattern; device seconds (for the bench).
+
+    Both tensors must be float32 on one device with the same number of elements, a
+    multiple of 4. What this copy reaches is the most any softmax pass can reach here.
+    """
+    if x.device is not y.device or x.dtype != np.float32 or y.dtype != np.float32:
+        raise ValueError("x and y must be float32 Tensors on one device")
+    if x.size != y.size or x.size % 4 or not x.size:
+        raise ValueError(
+            f"x and y must have the same non-zero size, a multiple of 4; got {x.size}, {y.size}"
+        )
+    dev = x.device
+    units = x.size // 4
+    wg = workgroup_size(dev)
+    groups = min(units, 4 * c.parallelism(dev) * 64)
+    chunk = c.ceil_div(c.ceil_div(units, groups), wg) * wg
+    chunk = min(max(chunk, wg), MAX_STEPS_PER_PASS * wg)
+    groups = c.ceil_div(units, chunk)
+    pipe = dev.pipeline("softmax_roofline.comp", spec={0: wg}, buffers=2, push_size=8)
+    assert x.buffer is not None and y.buffer is not None
+    step = Dispatch(pipe, (x.buffer, y.buffer), c.pack_u32(units, chunk), (groups, 1, 1))
+    return dev.submitter.run([step])
