@@ -787,7 +787,10 @@ def _ms(seconds: float | None) -> str:
 
 
 def _ratio(r: float | None) -> str:
-    return "n/a" if r is None else f"{r:.2f}"
+    """Two decimals; three below 0.1, where the warm stage is almost free."""
+    if r is None:
+        return "n/a"
+    return f"{r:.3f}" if r < 0.1 else f"{r:.2f}"
 
 
 def _speedup(r: float | None) -> str:
