@@ -24,10 +24,9 @@ float even_of(float lower) {
     return (int(lower) & 1) == 0 ? lower : lower + 1.0;
 }
 
-float exact_round(float w, float s) {
+float exact_round_from(float w, float s, float k) {
     float s_hi = uintBitsToFloat(floatBitsToUint(s) & 0xfffff000u);
     precise float s_lo = s - s_hi;
-    float k = roundEven(w * (1.0 / s));  // candidate, off by at most one near a tie
     int up = sign_of_residual(w, k + 0.5, s_hi, s_lo);
     if (up > 0) return k + 1.0;
     if (up == 0) return even_of(k);
@@ -35,6 +34,20 @@ float exact_round(float w, float s) {
     if (down < 0) return k - 1.0;
     if (down == 0) return even_of(k - 1.0);
     return k;
+}
+
+float exact_round(float w, float s) {
+    return exact_round_from(w, s, roundEven(w * (1.0 / s)));  // candidate off by at most one
+}
+
+// The same result, faster: with |w / s| <= 512 the candidate t = w * inv (inv within a
+// few ulps of 1 / s) is within 2^-11 of w / s, so when t is at least 2^-10 away from a
+// midpoint k + 1/2, roundEven(t) is already the answer; only near-midpoints check exactly.
+float fast_exact_round(float w, float s, float inv) {
+    float t = w * inv;
+    float k = roundEven(t);
+    if (abs(abs(t - k) - 0.5) >= 0.0009765625) return k;
+    return exact_round_from(w, s, k);
 }
 
 // Subnormal inputs count as zero on every device (some Vulkan devices flush them).

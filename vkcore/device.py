@@ -31,6 +31,19 @@ log = logging.getLogger("vkcore")
 _MAX_SETS = 1024
 
 
+# Per-device state other modules keep (buffer pools, placeholder buffers, memoized plans
+# and pipelines). Their values refer back to the device, so a plain WeakKeyDictionary
+# would keep every device alive forever; Device.close drops the entries instead.
+_per_device_maps: list[weakref.WeakKeyDictionary[Any, Any]] = []
+
+
+def per_device_map() -> weakref.WeakKeyDictionary[Any, Any]:
+    """A ``{Device: state}`` map whose entry for a device is dropped when it closes."""
+    mapping: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+    _per_device_maps.append(mapping)
+    return mapping
+
+
 def devices() -> list[DeviceInfo]:
     """Every Vulkan physical device the loader reports, in enumeration order."""
     instance = Instance(validation=False)
@@ -288,6 +301,8 @@ class Device:
                 self.lib.vkDeviceWaitIdle(self.handle)
             finally:
                 self._destroy_partial()
+        for mapping in _per_device_maps:
+            mapping.pop(self, None)
         global _default
         with _default_lock:
             if _default is self:

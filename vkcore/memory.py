@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import config, vkapi
-from .device import Device, resolve
+from .device import Device, per_device_map, resolve
 from .errors import VulkanError
 
 if TYPE_CHECKING:
@@ -339,7 +339,7 @@ class BufferPool:
         return sum(b.nbytes for b in self._free if b.alive)
 
 
-_pools: weakref.WeakKeyDictionary[Device, BufferPool] = weakref.WeakKeyDictionary()
+_pools: weakref.WeakKeyDictionary[Device, BufferPool] = per_device_map()
 
 
 def buffer_pool(device: Device) -> BufferPool:

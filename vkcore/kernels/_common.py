@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from ..device import Device
+from ..device import Device, per_device_map
 from ..memory import Buffer, Tensor
 
 _FLOAT_KINDS = ("f",)
-_dummies: weakref.WeakKeyDictionary[Device, Buffer] = weakref.WeakKeyDictionary()
+_dummies: weakref.WeakKeyDictionary[Device, Buffer] = per_device_map()
 
 
 def pack_u32(*values: int) -> bytes:

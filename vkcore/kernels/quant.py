@@ -35,16 +35,17 @@ import numpy as np
 from .. import spirv
 from ..commands import Dispatch
 from ..device import Device, resolve
-from ..memory import Buffer, Tensor
+from ..memory import Buffer, Tensor, buffer_pool
 from . import _common as c
 
 WORKGROUP = 64
+WORDS_PER_INVOCATION = 4  # quantize.comp's WORDS
 BLOCK = 16  # bytes per stored block of a row
 _TINY = np.float32(np.finfo(np.float32).tiny)
 _SMALLEST = np.float32(2.0**-149)
 spirv.register_variants("quantize.comp", [{}])
 spirv.register_variants("dequantize.comp", [{}])
-_PARAMS = np.dtype([("s_norm", "<f4"), ("e", "<i4"), ("z", "<i4"), ("pad", "<i4")])
+_PARAMS = np.dtype([("s_norm", "<f4"), ("f1", "<f4"), ("f2", "<f4"), ("z", "<i4")])
 
 
 def binding_limit(device: Device) -> int:
@@ -165,8 +166,9 @@ def check_options(bits: Any, symmetric: Any, per_channel: Any) -> None:
             raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
 
 
-def weight_matrix(w: Any) -> np.ndarray:
-    """A finite, C-contiguous float32 2-D matrix, or a clear error."""
+def weight_matrix(w: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A finite, C-contiguous float32 2-D matrix with its row maxima and minima, or a
+    clear error."""
     data = c.float_input(w, "w")
     arr = data.numpy() if isinstance(data, Tensor) else data
     if arr.ndim != 2:
@@ -175,34 +177,34 @@ def weight_matrix(w: Any) -> np.ndarray:
         raise ValueError(f"w must not be empty, got shape {arr.shape}")
     with np.errstate(over="ignore"):  # float64 beyond float32 becomes inf, reported below
         w32 = c.as_float32(arr)
-    finite = np.isfinite(w32)
-    if not finite.all():
-        row, col = (int(i) for i in np.argwhere(~finite)[0])
+    # Row maxima and minima are NaN or infinite exactly when the row holds such a value;
+    # group_params needs them anyway, so the full element-wise scan runs only on failure.
+    row_max, row_min = w32.max(axis=1), w32.min(axis=1)
+    if not (np.isfinite(row_max).all() and np.isfinite(row_min).all()):
+        row, col = (int(i) for i in np.argwhere(~np.isfinite(w32))[0])
         note = ""
         if np.isfinite(arr[row, col]):
             note = f" (it is {arr[row, col]!r}, beyond the float32 range)"
         raise ValueError(f"w must be finite: w[{row}, {col}] is {w32[row, col]}{note}")
-    return w32
+    return w32, row_max, row_min
 
 
 # --------------------------------------------------------------------------- parameters
 def group_params(
-    w: np.ndarray, bits: int, symmetric: bool, per_channel: bool
+    row_max: np.ndarray, row_min: np.ndarray, bits: int, symmetric: bool, per_channel: bool
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Scale and zero point per group, from the host copy of ``w`` (see module docstring)."""
-    axis = 1 if per_channel else None
+    """Scale and zero point per group from the rows' maxima and minima (module docstring)."""
     qmin, qmax = integer_range(bits, symmetric)
+    hi = row_max.astype(np.float64) if per_channel else np.float64(row_max.max())
+    lo = row_min.astype(np.float64) if per_channel else np.float64(row_min.min())
+    lo = np.where(lo > -_TINY, 0.0, lo)  # the range contains 0; subnormals count as 0
+    hi = np.where(hi < _TINY, 0.0, hi)
     if symmetric:
-        amax = np.abs(w).max(axis=axis).astype(np.float64)
-        amax = np.where(amax < _TINY, 0.0, amax)  # subnormals count as zero
+        amax = np.maximum(hi, -lo)
         scale64 = amax / qmax
         empty = amax == 0
         lo = np.zeros_like(amax)
     else:
-        lo = np.minimum(w.min(axis=axis), 0).astype(np.float64)
-        hi = np.maximum(w.max(axis=axis), 0).astype(np.float64)
-        lo = np.where(lo > -_TINY, 0.0, lo)
-        hi = np.where(hi < _TINY, 0.0, hi)
         scale64 = (hi - lo) / (qmax - qmin)
         empty = hi == lo
     s = np.maximum(scale64.astype(np.float32), _SMALLEST)
@@ -212,12 +214,16 @@ def group_params(
 
 
 def device_params(scale: np.ndarray, zero_point: np.ndarray) -> np.ndarray:
-    """Per group: the scale normalized into [1, 2), the power of two doing it, z."""
+    """Per group: the scale normalized into [1, 2) and two powers of two, each a normal
+    float32, whose product 2^e normalizes it (s * 2^e = s_norm); then z."""
     s = np.atleast_1d(scale).astype(np.float32)
     mant, ex = np.frexp(s)
+    e = (1 - ex).astype(np.int64)  # in [-126, 149] for positive float32 scales
+    e1 = np.clip(e, -126, 127)
     out = np.zeros(s.shape, dtype=_PARAMS)
     out["s_norm"] = np.ldexp(mant, 1).astype(np.float32)
-    out["e"] = 1 - ex
+    out["f1"] = np.ldexp(np.float32(1), e1).astype(np.float32)
+    out["f2"] = np.ldexp(np.float32(1), e - e1).astype(np.float32)
     out["z"] = np.atleast_1d(zero_point)
     return out
 
@@ -275,9 +281,9 @@ def quantize(
     dev = resolve(device)
     if isinstance(w, Tensor) and device is not None and w.device is not dev:
         raise ValueError("device must be the Tensor's own device (or None)")
-    w32 = weight_matrix(w)
+    w32, row_max, row_min = weight_matrix(w)
     m, n = w32.shape
-    s, z = group_params(w32, bits, symmetric, per_channel)
+    s, z = group_params(row_max, row_min, bits, symmetric, per_channel)
     row_bytes = c.ceil_div(n, BLOCK) * BLOCK
     q_rows = rows_per_buffer(dev, row_bytes, "quantized weights")
     w_rows = min(q_rows, rows_per_buffer(dev, 4 * n, "float32 weights"))
@@ -320,7 +326,8 @@ def _run_quantize(
     words = c.ceil_div(n, BLOCK) * BLOCK // 4
     qmin, qmax = integer_range(bits, symmetric)
     pipe = dev.pipeline("quantize.comp", spec={0: WORKGROUP}, buffers=3, push_size=36)
-    staging = Buffer(dev, min(w32.shape[0], w_rows) * n * 4)
+    pool = buffer_pool(dev)  # a reused staging buffer: no fresh pages to fault in
+    staging = pool.acquire(min(w32.shape[0], w_rows) * n * 4)
     try:
         for ch in chunks:
             for start, rows in row_slices(ch.rows, w_rows):
@@ -337,11 +344,11 @@ def _run_quantize(
                         int(per_channel),
                     )
                     push += np.array([qmin, qmax], dtype="<i4").tobytes()
-                    groups = (column_groups(dev, words), count, 1)
+                    groups = (column_groups(dev, c.ceil_div(words, WORDS_PER_INVOCATION)), count, 1)
                     steps.append(Dispatch(pipe, (staging, ch.buffer, params), push, groups))
                 dev.submitter.run(steps)
     finally:
-        staging.destroy()
+        pool.release(staging)
 
 
 # --------------------------------------------------------------------------- dequantize
