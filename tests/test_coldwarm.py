@@ -118,7 +118,8 @@ def test_json_has_every_stage_for_every_condition_with_median_and_spread(run):
         "load_average",
     ):
         assert key in env
-    assert len(report["samples"]) == 4 and len(report["findings"]) == 5
+    assert len(report["samples"]) == 4 and len(report["findings"]) >= 5
+    assert isinstance(report["shaders_changed"], bool)
 
 
 def test_every_sample_is_a_fresh_process(run):
@@ -419,6 +420,26 @@ def test_ratios_are_the_median_of_per_kernel_ratios():
     per_kernel = coldwarm.kernel_ratios(summary)
     assert per_kernel["a"]["vkcore"]["pipeline"] == pytest.approx(0.5)
     assert per_kernel["b"]["vkcore"]["first_dispatch"] == pytest.approx(1.0)
+
+
+def test_warm_samples_that_compiled_or_changed_shaders_are_flagged_first():
+    report = _report(pipeline_warm=0.004, hits=False, loaded=32)
+    assert not any(f.startswith("WARNING") for f in report["findings"])
+    report["samples"][1]["spirv_origins"] = ["cache", "compiled"]
+    report["shaders_changed"] = True
+    findings = coldwarm.findings(report)
+    assert findings[0].startswith("WARNING: the GLSL sources changed")
+    assert findings[1].startswith("WARNING: samples with the SPIR-V cache warm compiled")
+    assert "vkcore k" in findings[1]
+
+
+def test_shader_fingerprint_follows_the_sources(tmp_path, monkeypatch):
+    monkeypatch.setenv("VKCORE_SHADER_DIR", str(tmp_path))
+    (tmp_path / "a.comp").write_text("void main() {}")
+    before = coldwarm.shader_fingerprint()
+    assert before == coldwarm.shader_fingerprint()
+    (tmp_path / "a.comp").write_text("void main() { }")
+    assert coldwarm.shader_fingerprint() != before
 
 
 def test_findings_report_the_ratio_when_the_pipeline_cache_helps():

@@ -31,6 +31,7 @@ cache on the ``spirv`` stage and the pipeline cache on the ``pipeline`` stage.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -49,6 +50,8 @@ from typing import Any
 import numpy as np
 
 import vkcore
+
+from . import spirv
 
 SCHEMA = "vkcore-coldwarm/1"
 STAGES = (
@@ -383,6 +386,7 @@ def measure(
     ):
         raise ValueError(f"max_seconds must be a positive number or None, got {max_seconds!r}")
     run = _Run(kernels, conditions, repeats, selector, progress)
+    sources = shader_fingerprint()
     started = _clock()
     load_before = _load_average()
     root = Path(tempfile.mkdtemp(prefix="vkcore-coldwarm-", dir=tmp_parent))
@@ -412,6 +416,7 @@ def measure(
             **environment(run.samples),
             "load_average": {"before": load_before, "after": _load_average()},
         },
+        "shaders_changed": shader_fingerprint() != sources,
         "temp_root": str(root),
         "temp_root_removed": not root.exists(),
         "primed_cache_bytes": primed,
@@ -424,6 +429,20 @@ def measure(
     report["ratios_per_kernel"] = kernel_ratios(summary)
     report["findings"] = findings(report)
     return report
+
+
+def shader_fingerprint() -> str:
+    """Hash of every GLSL source file: a change during a run makes warm samples cold."""
+    h = hashlib.sha256()
+    try:
+        folder = spirv.shader_dir()
+    except FileNotFoundError:
+        return ""
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            h.update(path.name.encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
 
 
 # The parent's clock (a seam for tests of the time cap).
@@ -668,15 +687,16 @@ def _quotient(warm: float | None, cold: float | None) -> float | None:
 def findings(report: dict[str, Any]) -> list[str]:
     """The report's conclusions in sentences, each with its figures."""
     pooled, rat = report["summary"]["pooled"], report["ratios"]
+    warnings = _warnings(report)
     if "cold" not in pooled:
-        return ["no cold condition was measured, so no warm/cold ratio can be given"]
+        return [*warnings, "no cold condition was measured, so no warm/cold ratio can be given"]
     cold = pooled["cold"]
     env = report["environment"]
     lavapipe = (
         "llvmpipe" in env.get("name", "").lower()
         or "llvmpipe" in env.get("driver_name", "").lower()
     )
-    out = [_dominant_cost(cold, lavapipe)]
+    out = [*warnings, _dominant_cost(cold, lavapipe)]
     if "driver" in rat:
         out.append(_driver_cache(rat["driver"], cold, pooled["driver"]))
     if "vkcore" in rat:
@@ -690,6 +710,29 @@ def findings(report: dict[str, Any]) -> list[str]:
             f"{_ms(pooled['all']['first_result']['median'])} "
             f"against {_ms(cold['first_result']['median'])} "
             f"cold: warm/cold = {_ratio(r)}."
+        )
+    return out
+
+
+def _warnings(report: dict[str, Any]) -> list[str]:
+    """What makes this run's warm figures unreliable, said first."""
+    out = []
+    if report.get("shaders_changed"):
+        out.append(
+            "WARNING: the GLSL sources changed during the run, so warm samples after the "
+            "change were partly cold; run it again."
+        )
+    recompiled = sorted(
+        {
+            f"{s['condition']} {s['kernel']}"
+            for s in report["samples"]
+            if CONDITIONS[s["condition"]].vkcore_caches and "compiled" in s["spirv_origins"]
+        }
+    )
+    if recompiled:
+        out.append(
+            "WARNING: samples with the SPIR-V cache warm compiled SPIR-V anyway "
+            f"({', '.join(recompiled)}): their warm figures are not clean."
         )
     return out
 
