@@ -10,15 +10,18 @@ exist before the baseline is taken):
 * with a new shape on every call, live buffers stay under ``DISTINCT_BUFFER_BOUND``;
 * resident memory (VmRSS) grows by at most ``RSS_BOUND_MIB`` after the warm-up;
 * creating and closing devices: every close is free of validation messages (the layer
-  reports any Vulkan object left alive at vkDestroyDevice), and RSS after the last
-  cycle is within ``CYCLE_RSS_BOUND_MIB`` of RSS after the second.
+  reports any Vulkan object left alive at vkDestroyDevice), every closed device is
+  garbage-collected, and RSS after the last cycle is within ``CYCLE_RSS_BOUND_MIB`` of
+  RSS after the second.
 """
 
 from __future__ import annotations
 
+import gc
 import itertools
 import os
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -258,25 +261,39 @@ def test_distinct_shapes_keep_buffers_bounded(device):
     assert soak.max_sets <= MAX_SETS
 
 
+def device_cycle(x: np.ndarray, expected: np.ndarray, cache_dir: str) -> weakref.ref:
+    """Create a device, run every kernel kind once, close it; a weak reference to it."""
+    dev = vkcore.Device(validation=True, cache_dir=cache_dir)
+    np.testing.assert_allclose(vkcore.softmax(x, device=dev), expected, atol=1e-6, rtol=0)
+    t = vkcore.asarray(x, device=dev)
+    vkcore.softmax(t)  # Tensor path: placeholder buffer, memoized plan
+    if hasattr(vkcore, "quantize"):
+        qt = vkcore.quantize(x, device=dev)
+        vkcore.matvec(qt, x[0], activations="uint8", device=dev)
+    dev.close()  # releases t, qt and every pooled or kept object
+    assert dev.validation_messages == [], dev.validation_messages
+    return weakref.ref(dev)
+
+
 def test_device_create_close_cycles(tmp_path):
     rss = []
     x = np.random.default_rng(3).standard_normal((4, 1000)).astype(np.float32)
     expected = vkcore.reference.softmax(x)
+    closed = []
     start = time.perf_counter()
-    for cycle in range(DEVICE_CYCLES):
-        dev = vkcore.Device(validation=True, cache_dir=str(tmp_path / "cache"))
-        np.testing.assert_allclose(vkcore.softmax(x, device=dev), expected, atol=1e-6, rtol=0)
-        t = vkcore.asarray(x, device=dev)  # left for close() to release
-        assert t.device is dev
-        dev.close()
-        assert dev.validation_messages == [], f"cycle {cycle}: {dev.validation_messages}"
+    for _ in range(DEVICE_CYCLES):
+        closed.append(device_cycle(x, expected, str(tmp_path / "cache")))
+        gc.collect()
         rss.append(rss_mib())
     seconds = time.perf_counter() - start
+    alive = sum(ref() is not None for ref in closed)
     base = rss[1] if len(rss) > 1 else rss[0]
     print(
         f"\nsoak, devices: {DEVICE_CYCLES} create/run/close cycles in {seconds:.1f} s; "
-        f"RSS after cycle 2 {base:.1f} MiB, after the last {rss[-1]:.1f} MiB"
+        f"RSS after cycle 2 {base:.1f} MiB, after the last {rss[-1]:.1f} MiB; "
+        f"closed devices still alive: {alive}"
     )
+    assert alive == 0, "something still refers to closed devices (they are never freed)"
     assert rss[-1] - base <= CYCLE_RSS_BOUND_MIB
 
 
