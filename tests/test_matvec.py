@@ -202,3 +202,18 @@ def test_features_are_queried_not_assumed(device):
     assert isinstance(info.shader_int8, bool)
     assert isinstance(info.integer_dot_product, bool)
     assert mv.workgroup_size(device) >= 4
+
+
+def test_repeated_calls_reuse_device_buffers(device, rng):
+    """Weights stay resident: later calls allocate no buffers and keep the same chunks."""
+    w = rng.standard_normal((20, 48)).astype(np.float32)
+    x = rng.standard_normal(48).astype(np.float32)
+    qt = vkcore.quantize(w, device=device)
+    chunks = [ch.buffer for ch in qt.chunks]
+    for activations in ("float", "int8", "uint8"):
+        vkcore.matvec(qt, x, activations=activations)
+    live = len(device._buffers)
+    for activations in ("float", "int8", "uint8"):
+        vkcore.matvec(qt, x, activations=activations)
+    assert len(device._buffers) == live
+    assert [ch.buffer for ch in qt.chunks] == chunks
