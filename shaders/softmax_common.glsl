@@ -34,7 +34,11 @@ layout(push_constant) uniform Push {
     uint row_offset; // first row of this dispatch
     uint chunk;      // VT units per workgroup
     uint nchunks;    // workgroups per row
+    uint x_offset;   // where x starts in its buffer, in VT units (imported host memory)
 } pc;
+
+// Element i of the flat input (x may start inside its buffer).
+#define X(i) x[pc.x_offset + (i)]
 
 #define NEG_INF uintBitsToFloat(0xff800000u)
 #define QNAN uintBitsToFloat(0x7fc00000u)
@@ -139,7 +143,7 @@ void write_probabilities(uint begin, uint end, float M, float L, uint bad) {
         for (uint i = first; i < end; i += step) y[i] = VT(0.0);
     } else {
         float inv = 1.0 / L;
-        for (uint i = first; i < end; i += step) y[i] = shifted_exp(x[i], M) * inv;
+        for (uint i = first; i < end; i += step) y[i] = shifted_exp(X(i), M) * inv;
     }
 }
 

@@ -15,7 +15,7 @@ void online_stats(uint begin, uint end, out float m, out float l, out uint bad) 
     m = NEG_INF; bad = 0u;
     KahanSum acc = KahanSum(0.0, 0.0);
     for (uint i = begin + gl_LocalInvocationID.x; i < end; i += gl_WorkGroupSize.x) {
-        VT v = x[i];
+        VT v = X(i);
         bad |= is_bad(v);
         float M = max(m, hmax(v));
         // No branch on "did the maximum grow": the rescale factor is exp(0) = 1 when it

@@ -11,7 +11,7 @@
 void chunk_max(uint begin, uint end, out float m, out uint bad) {
     m = NEG_INF; bad = 0u;
     for (uint i = begin + gl_LocalInvocationID.x; i < end; i += gl_WorkGroupSize.x) {
-        VT v = x[i];
+        VT v = X(i);
         bad |= is_bad(v);
         m = max(m, hmax(v));
     }
@@ -23,7 +23,7 @@ float chunk_sum(uint begin, uint end, float M) {
     KahanSum acc = KahanSum(0.0, 0.0);
     if (M != NEG_INF) {
         for (uint i = begin + gl_LocalInvocationID.x; i < end; i += gl_WorkGroupSize.x)
-            kahan_add(acc, hsum(shifted_exp(x[i], M)));
+            kahan_add(acc, hsum(shifted_exp(X(i), M)));
     }
     float l = acc.sum;
     float m = M; uint bad = 0u;

@@ -6,6 +6,7 @@ import pytest
 import vkcore
 from vkcore import reference
 from vkcore.kernels import softmax as sm
+from vkcore.memory import HostBuffer
 
 ALGS = ["online", "safe"]
 SEED = [1000.0, 1001.0, 1002.0]
@@ -217,3 +218,33 @@ def test_roofline_copy_copies(device, rng):
     np.testing.assert_array_equal(ty.numpy(), x)
     with pytest.raises(ValueError, match="multiple of 4"):
         sm.roofline_copy(vkcore.asarray(x[:5], device=device), vkcore.asarray(x[:5], device=device))
+
+
+@pytest.mark.parametrize("start", [0, 1, 4, 1027])  # element offsets into a larger array
+def test_large_inputs_imported_without_copies(device, rng, start):
+    base = rng.standard_normal(300_000 * 4 + 2048).astype(np.float32)
+    x = base[start : start + 300_000 * 4].reshape(300, 4000)
+    expect_import = vkcore.memory.can_import_host(device) and x.ctypes.data % 16 == 0
+    assert sm._importable(device, x) == expect_import
+    for alg in ALGS:
+        check_accuracy(vkcore.softmax(x, algorithm=alg, device=device), x)
+    live = [ref() for ref in device._buffers.values()]
+    assert not any(isinstance(b, HostBuffer) and b.alive for b in live), "an import outlived its call"
+
+
+def test_read_only_large_input_is_copied_not_imported(device, rng):
+    x = rng.standard_normal((64, 8192)).astype(np.float32)
+    x.setflags(write=False)
+    assert not sm._importable(device, x)
+    check_accuracy(vkcore.softmax(x, device=device), x)
+
+
+def test_host_buffer_refuses_what_it_cannot_wrap(device):
+    if not vkcore.memory.can_import_host(device):
+        pytest.skip("device cannot import host memory")
+    with pytest.raises(ValueError, match="C-contiguous"):
+        HostBuffer(device, np.zeros((64, 64), np.float32)[:, ::2])
+    buf = HostBuffer(device, np.zeros(4096, np.float32))
+    with pytest.raises(TypeError, match="array itself"):
+        buf.write(np.zeros(4, np.float32))
+    buf.destroy()

@@ -347,7 +347,7 @@ class Submitter:
 
     def _elapsed(self) -> float:
         dev = self.device
-        ffi, lib = dev.ffi, dev.lib
+        lib = dev.lib
         data = self._timestamps_out
         flags = 0x1 | 0x2  # VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT
         vkapi.check(

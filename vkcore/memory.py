@@ -289,6 +289,120 @@ def asarray(data: ArrayLike | Tensor, device: Device | None = None, dtype: Any =
     return tensor
 
 
+_HOST_ALLOCATION = 0x80  # VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT
+
+
+def can_import_host(device: Device) -> bool:
+    """True when ``device`` can wrap host memory as a buffer (VK_EXT_external_memory_host)."""
+    return (
+        "VK_EXT_external_memory_host" in getattr(device, "enabled_extensions", ())
+        and device.info.min_imported_host_pointer_alignment > 0
+    )
+
+
+class HostBuffer(Buffer):
+    """A VkBuffer over memory numpy already owns (VK_EXT_external_memory_host): no copy.
+
+    The driver reads and writes the array's own pages, so the array must stay alive and
+    unmoved until :meth:`destroy`. The imported range is the array's pages rounded out
+    to ``minImportedHostPointerAlignment``; ``offset`` is where the array starts in the
+    buffer, in bytes. Kernels that accept it take the offset as an argument.
+    """
+
+    def __init__(self, device: Device, array: np.ndarray) -> None:  # noqa: D107
+        if not can_import_host(device):
+            raise ValueError("this device cannot import host memory (VK_EXT_external_memory_host)")
+        if not array.flags.c_contiguous or array.nbytes == 0:
+            raise ValueError("array must be a non-empty C-contiguous numpy array")
+        align = device.info.min_imported_host_pointer_alignment
+        ptr = array.ctypes.data
+        base = ptr - ptr % align
+        end = ptr + array.nbytes
+        size = -(-(end - base) // align) * align
+        _check_allocation(device, size, "array")
+        self.device = device
+        self.nbytes = size
+        self.offset = ptr - base
+        self.array = array  # keeps the pages alive while the buffer exists
+        self.handle = None
+        self.memory = None
+        self.mapped = None
+        self._lock = threading.Lock()
+        ffi, lib = device.ffi, device.lib
+        keep = vkapi.Keep()
+        external = keep.struct("VkExternalMemoryBufferCreateInfo", handleTypes=_HOST_ALLOCATION)
+        usage = vkapi.flag("VK_BUFFER_USAGE_STORAGE_BUFFER_BIT")
+        info = keep.struct("VkBufferCreateInfo", pNext=external, size=size, usage=usage, sharingMode=0)
+        out = ffi.new("VkBuffer*")
+        with device.lock:
+            device.check()
+            vkapi.check(lib.vkCreateBuffer(device.handle, info, ffi.NULL, out), "vkCreateBuffer")
+            self.handle = out[0]
+            try:
+                self._import(keep, base, size)
+            except BaseException:
+                lib.vkDestroyBuffer(device.handle, self.handle, ffi.NULL)
+                self.handle = None
+                raise
+            device.register_buffer(self)
+
+    def _import(self, keep: vkapi.Keep, base: int, size: int) -> None:
+        dev = self.device
+        ffi, lib = dev.ffi, dev.lib
+        host_ptr = ffi.cast("void*", base)
+        props = keep.struct("VkMemoryHostPointerPropertiesEXT")
+        get_props = _host_pointer_properties(dev)
+        vkapi.check(get_props(dev.handle, _HOST_ALLOCATION, host_ptr, props), "vkGetMemoryHostPointerPropertiesEXT")
+        req = ffi.new("VkMemoryRequirements*")
+        lib.vkGetBufferMemoryRequirements(dev.handle, self.handle, req)
+        bits = props.memoryTypeBits & req.memoryTypeBits
+        if not bits:
+            raise VulkanError("vkGetMemoryHostPointerPropertiesEXT", 0, "no memory type can import this pointer")
+        index = (bits & -bits).bit_length() - 1
+        imported = keep.struct(
+            "VkImportMemoryHostPointerInfoEXT", handleType=_HOST_ALLOCATION, pHostPointer=host_ptr
+        )
+        info = keep.struct("VkMemoryAllocateInfo", pNext=imported, allocationSize=size, memoryTypeIndex=index)
+        out = ffi.new("VkDeviceMemory*")
+        vkapi.check(lib.vkAllocateMemory(dev.handle, info, ffi.NULL, out), "vkAllocateMemory")
+        self.memory = out[0]
+        vkapi.check(lib.vkBindBufferMemory(dev.handle, self.handle, self.memory, 0), "vkBindBufferMemory")
+
+    def write(self, data: np.ndarray, offset: int = 0) -> None:
+        raise TypeError("a HostBuffer is the numpy array itself: write to the array")
+
+    def read(self, out: np.ndarray, offset: int = 0) -> None:
+        raise TypeError("a HostBuffer is the numpy array itself: read the array")
+
+    def destroy(self) -> None:
+        super().destroy()
+        self.array = None
+
+
+def _host_pointer_properties(device: Device) -> Any:
+    """vkGetMemoryHostPointerPropertiesEXT through vkGetDeviceProcAddr (not a loader export)."""
+    fn = getattr(device, "_vkcore_host_pointer_fn", None)
+    if fn is None:
+        ffi, lib = device.ffi, device.lib
+        raw = lib.vkGetDeviceProcAddr(device.handle, b"vkGetMemoryHostPointerPropertiesEXT")
+        if raw == ffi.NULL:
+            raise VulkanError("vkGetDeviceProcAddr", 0, "vkGetMemoryHostPointerPropertiesEXT is missing")
+        fn = ffi.cast("PFN_vkGetMemoryHostPointerPropertiesEXT", raw)
+        device._vkcore_host_pointer_fn = fn  # type: ignore[attr-defined]
+    return fn
+
+
+def page_aligned_empty(shape: tuple[int, ...], dtype: Any, align: int = 4096) -> np.ndarray:
+    """An uninitialized C-contiguous array whose data starts on an ``align`` boundary and
+    whose pages belong to it alone (so the whole range can be imported)."""
+    dt = np.dtype(dtype)
+    nbytes = math.prod(shape) * dt.itemsize
+    padded = -(-max(nbytes, 1) // align) * align
+    raw = np.empty(padded + align, dtype=np.uint8)
+    start = (-raw.ctypes.data) % align
+    return raw[start : start + nbytes].view(dt).reshape(shape)
+
+
 class BufferPool:
     """Buffers that numpy-in, numpy-out kernel calls borrow and give back, per device.
 
