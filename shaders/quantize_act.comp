@@ -7,7 +7,9 @@
 //                            c = float32(1/255), z_x = roundEven(-lo / s_x), q in [0, 255]
 // q = clamp(roundEven(x / s_x) + z_x, qmin, qmax) with the exact quotient. Subnormal x
 // count as 0; a range below 2^-96 gives s_x = 1, z_x = 0 and all q = 0. Padding words
-// (columns past n) are 0. Output: s_x, z_x, two pad words, then the packed values.
+// (columns past n) are 0. A NaN or infinity anywhere in x gives s_x = NaN, z_x = 0 and
+// all q = 0, so every output of the matvec is NaN. Output: s_x, z_x, two pad words, then
+// the packed values.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -27,20 +29,31 @@ layout(push_constant) uniform Push {
 
 shared float sh_lo[gl_WorkGroupSize.x];
 shared float sh_hi[gl_WorkGroupSize.x];
+shared uint sh_bad[gl_WorkGroupSize.x];
+
+// 1 for NaN and +-infinity, decided on the bits (min/max may ignore a NaN).
+uint non_finite(float v) { return uint((floatBitsToUint(v) & 0x7f800000u) == 0x7f800000u); }
 
 void main() {
     uint lane = gl_LocalInvocationID.x;
     float lo = 0.0, hi = 0.0;
+    uint bad = 0u;
     for (uint i = lane; i < pc.n; i += gl_WorkGroupSize.x) {
         float v = flush_subnormal(x[i]);
+        bad |= non_finite(v);
         lo = min(lo, v);
         hi = max(hi, v);
     }
     lo = subgroupMin(lo);
     hi = subgroupMax(hi);
-    if (subgroupElect()) { sh_lo[gl_SubgroupID] = lo; sh_hi[gl_SubgroupID] = hi; }
+    bad = subgroupOr(bad);
+    if (subgroupElect()) { sh_lo[gl_SubgroupID] = lo; sh_hi[gl_SubgroupID] = hi; sh_bad[gl_SubgroupID] = bad; }
     barrier();
-    for (uint i = 0u; i < gl_NumSubgroups; ++i) { lo = min(lo, sh_lo[i]); hi = max(hi, sh_hi[i]); }
+    for (uint i = 0u; i < gl_NumSubgroups; ++i) {
+        lo = min(lo, sh_lo[i]);
+        hi = max(hi, sh_hi[i]);
+        bad |= sh_bad[i];
+    }
 
 #if ACT == 1
     const int qmin = -127, qmax = 127;
@@ -54,6 +67,7 @@ void main() {
     bool empty = max(hi, -lo) < pc.tiny;
     int z = 0;
 #endif
+    if (bad != 0u) { lo = 0.0; hi = 0.0; empty = true; }
     if (empty) s = 1.0;
     // Normalize s into [1, 2); scaling both sides by 2^e keeps every quotient exact.
     int ex;
@@ -63,7 +77,7 @@ void main() {
 #if ACT == 2
     if (!empty) z = clamp(int(exact_round(ldexp(-lo, e), s_norm)), qmin, qmax);
 #endif
-    if (lane == 0u) { s_x = s; z_x = z; pad0 = 0; pad1 = 0; }
+    if (lane == 0u) { s_x = bad != 0u ? uintBitsToFloat(0x7fc00000u) : s; z_x = z; pad0 = 0; pad1 = 0; }
     for (uint word = lane; word < pc.words; word += gl_WorkGroupSize.x) {
         uint packed = 0u;
         for (uint k = 0u; k < 4u; ++k) {

@@ -217,3 +217,19 @@ def test_repeated_calls_reuse_device_buffers(device, rng):
         vkcore.matvec(qt, x, activations=activations)
     assert len(device._buffers) == live
     assert [ch.buffer for ch in qt.chunks] == chunks
+
+
+@pytest.mark.parametrize("activations", ["int8", "uint8"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_activations_make_integer_outputs_nan(device, rng, activations, bad):
+    w = rng.standard_normal((9, 70)).astype(np.float32)
+    qt = vkcore.quantize(w, device=device)
+    x = rng.standard_normal(70).astype(np.float32)
+    x[41] = bad
+    b = rng.standard_normal(9).astype(np.float32)
+    y = vkcore.matvec(qt, x, bias=b, activations=activations)
+    assert np.isnan(y).all()
+    want = reference.matvec(qt.q, qt.scale, qt.zero_point, x, b, activations)
+    assert np.isnan(want).all()
+    x[41] = 1.0  # the next call with finite x is unaffected
+    check(qt, x, b, activations, device)

@@ -123,9 +123,12 @@ def quantize_activations(x: np.ndarray, mode: str) -> tuple[np.ndarray, np.float
     c = float32(1/255), z_x = roundEven(-lo / s_x), q = clamp(roundEven(x / s_x) + z_x, 0, 255).
     Only float32 multiplies and subtractions make s_x, so every device gets the same
     bits. Subnormal x count as 0; when the range is below 2^-96 (or all zero), s_x = 1,
-    z_x = 0 and q = 0.
+    z_x = 0 and q = 0. A NaN or infinity anywhere in x gives s_x = NaN, z_x = 0 and q = 0,
+    so every output of an integer-mode matvec is NaN.
     """
     x = flush_subnormals(x)
+    if not np.isfinite(x).all():
+        return np.zeros(x.shape, np.int8 if mode == "int8" else np.uint8), np.float32(np.nan), 0
     c = ACT_INV[mode]
     if mode == "int8":
         amax = np.abs(x).max(initial=np.float32(0))

@@ -14,6 +14,9 @@ symmetric weights; asymmetric weights are supported through this correction):
 * integer modes: ``y_i = float32(s_i s_x) * float32(acc_i) + b_i``, each step one float32
   rounding, so y equals :func:`vkcore.reference.matvec` bit for bit and ``acc`` equals
   an int64 reference exactly.
+* non-finite activations: in the float mode NaN and infinities propagate as float32
+  arithmetic makes them; in the integer modes a NaN or infinity anywhere in x makes every
+  output NaN (``s_x = NaN``), never a silent finite answer.
 
 int32 overflow: ``|acc_i| <= vmax * amax * n`` with ``vmax`` = 2^(b-1)-1 (symmetric) or
 2^b-1 (asymmetric weights) and ``amax`` = 127 (int8) or 255 (uint8). Calls with
