@@ -130,11 +130,14 @@ def test_sdist_carries_sources_not_generated_spirv(dist):
     assert not [n for n in names if n.endswith(".spv")]
 
 
-def test_wheel_carries_every_declared_variant_and_the_sources(dist):
+def test_wheel_carries_every_declared_variant_and_the_sources(dist, tmp_path, monkeypatch):
     with zipfile.ZipFile(dist["wheel"]) as whl:
         names = set(whl.namelist())
         index = json.loads(whl.read("vkcore/spirv/index.json"))
+        whl.extractall(tmp_path)
     declared = spirv.variants()
+    # Keys from the wheel's own shader copies: what the installed package will look up.
+    monkeypatch.setenv("VKCORE_SHADER_DIR", str(tmp_path / "vkcore" / "shaders"))
     expected = {f"vkcore/spirv/{spirv.source_key(n, d)}.spv" for n, d in declared}
     assert expected <= names, sorted(expected - names)
     assert len(index) == len(declared)
