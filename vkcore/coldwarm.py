@@ -31,7 +31,6 @@ cache on the ``spirv`` stage and the pipeline cache on the ``pipeline`` stage.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -116,9 +115,11 @@ def child_env(
     xdg_dir: str,
     selector: str | None = None,
     base: dict[str, str] | None = None,
+    shader_dir: str | None = None,
 ) -> dict[str, str]:
     """The environment of one probe process: a copy of ``base`` (default ``os.environ``)
-    with every cache variable removed, then pointed at the given temporary folders.
+    with every cache variable removed, then pointed at the given temporary folders
+    (and at a copy of the GLSL sources, ``shader_dir``, when given).
 
     The driver's cache is disabled *and* pointed at its folder when ``condition`` keeps
     it off, so even a driver that ignores the switch writes nothing outside it.
@@ -146,6 +147,8 @@ def child_env(
         env["__GL_SHADER_DISK_CACHE"] = "0"
     if selector is not None:
         env["VKCORE_DEVICE"] = str(selector)
+    if shader_dir is not None:
+        env["VKCORE_SHADER_DIR"] = shader_dir
     package_parent = str(Path(vkcore.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH", "")) if p)
     return env
@@ -320,6 +323,7 @@ def probe(kernel_names: Sequence[str], started: float) -> dict[str, Any]:
                 "__GL_SHADER_DISK_CACHE_PATH",
                 "__GL_SHADER_DISK_CACHE",
                 "XDG_CACHE_HOME",
+                "VKCORE_SHADER_DIR",
             )
         },
     }
@@ -386,11 +390,11 @@ def measure(
     ):
         raise ValueError(f"max_seconds must be a positive number or None, got {max_seconds!r}")
     run = _Run(kernels, conditions, repeats, selector, progress)
-    sources = shader_fingerprint()
     started = _clock()
     load_before = _load_average()
     root = Path(tempfile.mkdtemp(prefix="vkcore-coldwarm-", dir=tmp_parent))
     try:
+        run.snapshot_shaders(root / "shaders")
         primed = run.prime(root)
         rounds = run.rounds(root, started, max_seconds)
     finally:
@@ -416,7 +420,7 @@ def measure(
             **environment(run.samples),
             "load_average": {"before": load_before, "after": _load_average()},
         },
-        "shaders_changed": shader_fingerprint() != sources,
+        "shader_sources": run.shader_sources,
         "temp_root": str(root),
         "temp_root_removed": not root.exists(),
         "primed_cache_bytes": primed,
@@ -429,20 +433,6 @@ def measure(
     report["ratios_per_kernel"] = kernel_ratios(summary)
     report["findings"] = findings(report)
     return report
-
-
-def shader_fingerprint() -> str:
-    """Hash of every GLSL source file: a change during a run makes warm samples cold."""
-    h = hashlib.sha256()
-    try:
-        folder = spirv.shader_dir()
-    except FileNotFoundError:
-        return ""
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            h.update(path.name.encode())
-            h.update(path.read_bytes())
-    return h.hexdigest()
 
 
 # The parent's clock (a seam for tests of the time cap).
@@ -464,6 +454,14 @@ class _Run:
         self.warm = [c for c in self.conditions if c != "cold"]
         self.total = len(self.warm) + self.repeats * len(self.conditions) * len(self.kernels)
         self.done = 0
+        self.shader_sources = str(spirv.shader_dir())
+        self.shader_copy: str | None = None
+
+    def snapshot_shaders(self, dest: Path) -> None:
+        """Copy the GLSL sources once: every probe compiles the same text even if the
+        originals are edited during the run (a changed shader would make warm samples cold)."""
+        shutil.copytree(self.shader_sources, dest)
+        self.shader_copy = str(dest)
 
     def tick(self, label: str) -> None:
         if self.progress is not None:
@@ -474,7 +472,13 @@ class _Run:
         primed = {}
         for name in self.warm:
             self.tick(f"priming {name}")
-            _run_probe(CONDITIONS[name], _folders(root / name), self.kernels, self.selector)
+            _run_probe(
+                CONDITIONS[name],
+                _folders(root / name),
+                self.kernels,
+                self.selector,
+                self.shader_copy,
+            )
             primed[name] = _cache_sizes(root / name)
             self.done += 1
         return primed
@@ -493,7 +497,9 @@ class _Run:
                     self.tick(f"{name} {kernel} #{rep + 1}")
                     folder = root / name if name != "cold" else root / f"cold-{self.done}"
                     self.samples.append(
-                        _sample(CONDITIONS[name], folder, kernel, rep, self.selector)
+                        _sample(
+                            CONDITIONS[name], folder, kernel, rep, self.selector, self.shader_copy
+                        )
                     )
                     if name == "cold":
                         shutil.rmtree(folder)
@@ -529,9 +535,10 @@ def _run_probe(
     folders: tuple[str, str, str],
     kernels: Sequence[str],
     selector: str | None,
+    shader_dir: str | None = None,
 ) -> tuple[dict[str, Any], float]:
     """Start one probe process; its JSON and the process's wall seconds."""
-    env = child_env(condition, *folders, selector=selector)
+    env = child_env(condition, *folders, selector=selector, shader_dir=shader_dir)
     start = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-c", _PROBE_CODE, *kernels],
@@ -552,9 +559,14 @@ def _run_probe(
 
 
 def _sample(
-    condition: Condition, folder: Path, kernel: str, rep: int, selector: str | None
+    condition: Condition,
+    folder: Path,
+    kernel: str,
+    rep: int,
+    selector: str | None,
+    shader_dir: str | None = None,
 ) -> dict[str, Any]:
-    data, wall = _run_probe(condition, _folders(folder), [kernel], selector)
+    data, wall = _run_probe(condition, _folders(folder), [kernel], selector, shader_dir)
     result = data["kernels"][kernel]
     return {
         "condition": condition.name,
@@ -717,11 +729,6 @@ def findings(report: dict[str, Any]) -> list[str]:
 def _warnings(report: dict[str, Any]) -> list[str]:
     """What makes this run's warm figures unreliable, said first."""
     out = []
-    if report.get("shaders_changed"):
-        out.append(
-            "WARNING: the GLSL sources changed during the run, so warm samples after the "
-            "change were partly cold; run it again."
-        )
     recompiled = sorted(
         {
             f"{s['condition']} {s['kernel']}"
