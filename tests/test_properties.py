@@ -5,7 +5,8 @@ workgroups), random magnitudes, and non-finite values sprinkled in. The oracle i
 documented semantics, implemented by :mod:`vkcore.reference`: softmax within 1e-6 with
 NaN rows exactly where the reference has them; quantize and dequantize bit for bit, a
 non-finite weight refused naming its position; integer-mode matvec bit for bit with
-exact accumulators, float-mode matvec within the float32 summation bound.
+exact accumulators, float-mode matvec within the float32 summation bound; a NaN or
+infinity in x propagates in float mode and makes every integer-mode output NaN.
 """
 
 from __future__ import annotations
@@ -248,18 +249,27 @@ def test_matvec_matches_reference(device, case, options, activations):
 
 @needs_quant
 @SETTINGS
-@given(case=matvec_inputs(), data=st.data())
-def test_float_matvec_propagates_non_finite_activations(device, case, data):
+@given(
+    case=matvec_inputs(),
+    options=WEIGHT_OPTIONS,
+    activations=st.sampled_from(["float", "int8", "uint8"]),
+    data=st.data(),
+)
+def test_matvec_non_finite_activations(device, case, options, activations, data):
+    """float mode: NaN and inf propagate as in the reference; integer modes: all NaN."""
     w, x, bias = case
+    bits, symmetric, per_channel = options
     x = x.copy()
     count = data.draw(st.integers(1, 3))
     places = data.draw(st.lists(st.integers(0, x.size - 1), min_size=count, max_size=count))
     x[places] = data.draw(st.sampled_from([np.nan, np.inf, -np.inf]))
-    qt = quantize_checked(device, w, 8, True, True)
+    qt = quantize_checked(device, w, bits, symmetric, per_channel)
     try:
-        y = vkcore.matvec(qt, x, bias=bias, activations="float", device=device)
+        y = vkcore.matvec(qt, x, bias=bias, activations=activations, device=device)
         with np.errstate(invalid="ignore", over="ignore"):
-            want = vkcore.reference.matvec(qt.q, qt.scale, qt.zero_point, x, bias, "float")
+            want = vkcore.reference.matvec(qt.q, qt.scale, qt.zero_point, x, bias, activations)
+        if activations != "float":
+            assert np.isnan(y).all() and np.isnan(want).all(), y
         np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
         np.testing.assert_array_equal(np.isposinf(y), np.isposinf(want))
         np.testing.assert_array_equal(np.isneginf(y), np.isneginf(want))
