@@ -137,14 +137,6 @@ def main() -> int:
     parser.add_argument("--top-k", type=int, default=40, help="k of top-k sampling (default 40)")
     parser.add_argument("--temperature", type=float, default=0.8, help="sampling temperature")
     args = parser.parse_args()
-    missing = [name for name in ("quantize", "matvec") if not hasattr(vkcore, name)]
-    if missing:
-        print(
-            f"this vkcore has no {', '.join('vkcore.' + m for m in missing)}: "
-            "the example needs the quantization kernels",
-            file=sys.stderr,
-        )
-        return 1
     vocab, hidden = (2000, 512) if args.small else (32_000, 4096)
     tokens = args.tokens or (3 if args.small else 8)
     if not 1 <= args.top_k <= vocab or args.temperature <= 0 or tokens < 1:
