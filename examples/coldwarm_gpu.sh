@@ -27,7 +27,8 @@ if [ -z "$icd" ]; then
   echo "  in a container, expose the graphics capability (NVIDIA_DRIVER_CAPABILITIES=...,graphics)" >&2
   exit 1
 fi
-if ! ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so\.1'; then
+ldconfig_bin="$(command -v ldconfig || echo /sbin/ldconfig)"
+if [ -x "$ldconfig_bin" ] && ! "$ldconfig_bin" -p | grep -q 'libvulkan\.so\.1'; then
   echo "coldwarm_gpu: the Vulkan loader libvulkan.so.1 is missing (Debian/Ubuntu: apt-get install libvulkan1)" >&2
   exit 1
 fi
