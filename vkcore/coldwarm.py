@@ -25,7 +25,8 @@ read or written):
 ``all``     everything warm
 
 A warm condition's folders are filled by one priming process (all kernels) that is not
-counted. Since stages are timed separately, ``vkcore`` versus ``cold`` shows the SPIR-V
+counted. Every probe compiles a copy of the GLSL sources taken when the run starts, so
+an edit during a run cannot turn warm samples cold. Since stages are timed separately, ``vkcore`` versus ``cold`` shows the SPIR-V
 cache on the ``spirv`` stage and the pipeline cache on the ``pipeline`` stage.
 """
 
@@ -245,9 +246,8 @@ def probe(kernel_names: Sequence[str], started: float) -> dict[str, Any]:
     JSON-ready dict; call it only in a fresh process, where nothing is warm in memory.
     """
     imported = time.perf_counter()
-    t0 = time.perf_counter()
     dev = vkcore.Device(validation=False)
-    device_seconds = time.perf_counter() - t0
+    device_seconds = time.perf_counter() - imported
     submissions: list[tuple[float, float | None]] = []
     original_run = dev.submitter.run
 
