@@ -26,8 +26,9 @@ read or written):
 
 A warm condition's folders are filled by one priming process (all kernels) that is not
 counted. Every probe compiles a copy of the GLSL sources taken when the run starts, so
-an edit during a run cannot turn warm samples cold. Since stages are timed separately, ``vkcore`` versus ``cold`` shows the SPIR-V
-cache on the ``spirv`` stage and the pipeline cache on the ``pipeline`` stage.
+an edit during a run cannot turn warm samples cold. Since stages are timed separately,
+``vkcore`` versus ``cold`` shows the SPIR-V cache on the ``spirv`` stage and the pipeline
+cache on the ``pipeline`` stage.
 """
 
 from __future__ import annotations
