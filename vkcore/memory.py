@@ -323,7 +323,7 @@ class HostBuffer(Buffer):
         self.device = device
         self.nbytes = size
         self.offset = ptr - base
-        self.array = array  # keeps the pages alive while the buffer exists
+        self.array: np.ndarray | None = array  # keeps the pages alive while the buffer exists
         self.handle = None
         self.memory = None
         self.mapped = None

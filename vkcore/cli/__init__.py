@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from .. import __version__
 
 # Subcommand modules, in the order ``--help`` lists them.
-SUBCOMMANDS = ["info", "demo", "cache", "coldwarm", "quant_report", "bench"]
+SUBCOMMANDS = ["info", "demo", "cache", "coldwarm", "quant_report", "bench", "tune"]
 
 
 def build_parser() -> argparse.ArgumentParser:

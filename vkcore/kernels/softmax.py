@@ -44,11 +44,17 @@ GPU_WORKGROUP = 256
 
 
 def workgroup_size(device: Device) -> int:
-    """Invocations per workgroup: one subgroup on a CPU device, GPU_WORKGROUP elsewhere.
+    """Invocations per workgroup: the value ``vkcore tune`` stored for this device, else
+    one subgroup on a CPU device and GPU_WORKGROUP elsewhere.
 
     lavapipe runs a workgroup of one subgroup (8 lanes of a 256-bit vector) without
     shared memory or barrier switches; measured 3-4x faster per pass there than 64.
     """
+    from .. import tune
+
+    tuned = tune.choice(device, "softmax_workgroup")
+    if tuned is not None:
+        return int(tuned)
     if device.info.is_cpu:
         return max(1, device.info.subgroup_size or 8)
     info = device.info
@@ -86,17 +92,20 @@ def plan(device: Device, rows: int, n: int, workgroup: int | None = None) -> Pla
     return Plan(rows, n, vec4, units, chunk, nchunks, wg)
 
 
-_plans: weakref.WeakKeyDictionary[Device, dict[tuple[int, int], Plan]] = per_device_map()
+_plans: weakref.WeakKeyDictionary[Device, dict[tuple[int, int, int], Plan]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _cached_plan(device: Device, rows: int, n: int) -> Plan:
-    """plan() memoized per device (a few shapes recur; the table is small and bounded)."""
+    """plan() memoized per device and workgroup size (a few shapes recur; bounded)."""
+    wg = workgroup_size(device)
     table = _plans.setdefault(device, {})
-    p = table.get((rows, n))
+    p = table.get((rows, n, wg))
     if p is None:
         if len(table) >= 256:
             table.clear()
-        p = table[(rows, n)] = plan(device, rows, n)
+        p = table[(rows, n, wg)] = plan(device, rows, n, workgroup=wg)
     return p
 
 

@@ -1,0 +1,44 @@
+"""``vkcore tune``: measure the softmax workgroup size for this device and store it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .. import tune
+from ..device import Device
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("tune", help="choose kernel parameters for this device by measurement")
+    p.add_argument("--repeats", type=int, default=5, help="timed runs per candidate (median)")
+    p.add_argument("--reset", action="store_true", help="delete this device's stored choices")
+    p.add_argument("--show", action="store_true", help="print the stored choices, measure nothing")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    with Device(args.device) as dev:
+        path = tune.tune_path(dev)
+        if args.reset:
+            removed = tune.reset(dev)
+            print(f"{'removed' if removed else 'no file at'} {path}")
+            return 0
+        if args.show:
+            choices = tune.load(dev)
+            print(
+                json.dumps({"path": str(path), "choices": choices}, indent=2)
+                if args.json
+                else f"{path}: {choices or 'no stored choices (defaults apply)'}"
+            )
+            return 0
+        record = tune.tune(dev, repeats=args.repeats)
+    if args.json:
+        print(json.dumps({"path": str(path), **record}, indent=2))
+        return 0
+    times = record["measured"]["softmax_workgroup"]["median_device_seconds"]
+    for wg, seconds in times.items():
+        print(f"  softmax workgroup {wg:>4}: {seconds * 1e3:8.2f} ms")
+    print(f"chose softmax_workgroup={record['choices']['softmax_workgroup']}; stored in {path}")
+    return 0
