@@ -307,3 +307,16 @@ def test_rows_past_the_grid_limit_are_refused(device, monkeypatch):
     with pytest.raises(ValueError, match="maxComputeWorkGroupCount"):
         quant.column_groups(device, limit + 1)
     assert quant.column_groups(device, limit) == limit
+
+
+def test_tensor_weights_stay_on_their_device(rng):
+    w = rng.standard_normal((3, 8)).astype(np.float32)
+    with vkcore.Device(validation=True) as other:
+        qt = vkcore.quantize(vkcore.asarray(w, device=other))
+        assert qt.device is other
+        check_against_reference(qt, w, 8, True, True)
+        mat = vkcore.F32Matrix(vkcore.asarray(w, device=other))
+        assert mat.device is other
+        qt.release()
+        mat.release()
+        assert other.validation_messages == []

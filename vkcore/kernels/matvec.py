@@ -99,7 +99,9 @@ class F32Matrix(ScratchOwner):
     :class:`QuantizedTensor` (rows padded to 16 floats, split by rows across buffers)."""
 
     def __init__(self, w: Any, device: Device | None = None) -> None:
-        dev = resolve(device)
+        if isinstance(w, Tensor) and device is not None and w.device is not device:
+            raise ValueError("device must be the Tensor's own device (or None)")
+        dev = w.device if isinstance(w, Tensor) else resolve(device)
         data = c.float_input(w, "w")
         arr = data.numpy() if isinstance(data, Tensor) else data
         if arr.ndim != 2 or 0 in arr.shape:

@@ -278,9 +278,10 @@ def quantize(
     """
     check_options(bits, symmetric, per_channel)
     bits, symmetric, per_channel = int(bits), bool(symmetric), bool(per_channel)
-    dev = resolve(device)
-    if isinstance(w, Tensor) and device is not None and w.device is not dev:
+    if isinstance(w, Tensor) and device is not None and w.device is not device:
         raise ValueError("device must be the Tensor's own device (or None)")
+    dev = w.device if isinstance(w, Tensor) else resolve(device)
+    dev.check()
     w32, row_max, row_min = weight_matrix(w)
     m, n = w32.shape
     s, z = group_params(row_max, row_min, bits, symmetric, per_channel)
