@@ -419,3 +419,63 @@ def test_ctrl_c_during_a_long_wait_leaves_device_and_cache_intact(tmp_path, spin
     assert again["warnings"] == [], "the cache written before the interrupt was not accepted"
     assert again["messages"] == []
     assert again["first"] == int(spin_reference(64, 2)[1])
+
+
+# Ctrl-C landing the instant vkQueueSubmit returns (the wrapper signals the process right
+# after the real call), the narrowest window: the submission must still be waited for.
+CTRL_C_AT_SUBMIT_CHILD = """
+    import json, os, signal
+    import numpy as np
+    import vkcore
+
+    class SignalAfterSubmit:
+        def __init__(self, lib):
+            self._lib = lib
+            self.armed = False
+
+        def __getattr__(self, name):
+            func = getattr(self._lib, name)
+            if name != "vkQueueSubmit":
+                return func
+
+            def submit(*args):
+                result = func(*args)
+                if self.armed:
+                    self.armed = False
+                    os.kill(os.getpid(), signal.SIGINT)
+                return result
+
+            return submit
+
+    dev = vkcore.Device(validation=True, pipeline_cache=False)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 5000)).astype(np.float32)
+    t = vkcore.asarray(x, device=dev)
+    proxy = SignalAfterSubmit(dev.lib)
+    dev.lib = proxy
+    outcomes = []
+    for _ in range(5):
+        proxy.armed = True
+        try:
+            vkcore.softmax(t).numpy()
+            outcomes.append("finished")
+        except KeyboardInterrupt:
+            outcomes.append("interrupted")
+    dev.lib = proxy._lib
+    y = vkcore.softmax(t).numpy()
+    correct = bool(np.abs(y - vkcore.reference.softmax(x)).max() <= 1e-6)
+    dev.check()
+    messages = dev.validation_messages
+    dev.close()
+    messages += dev.validation_messages[len(messages):]
+    print(json.dumps({"outcomes": outcomes, "correct": correct, "messages": messages}))
+"""
+
+
+def test_ctrl_c_right_after_submit_still_waits():
+    out = run_python(textwrap.dedent(CTRL_C_AT_SUBMIT_CHILD), env={"VKCORE_VALIDATION": "1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["outcomes"] == ["interrupted"] * 5
+    assert result["correct"]
+    assert result["messages"] == []

@@ -329,9 +329,13 @@ class Submitter:
             keep = vkapi.Keep()
             cbs = keep.new("VkCommandBuffer[1]", [self.command_buffer if cb is None else cb])
             submit = keep.struct("VkSubmitInfo", commandBufferCount=1, pCommandBuffers=cbs)
-        vkapi.check(lib.vkQueueSubmit(dev.queue, 1, submit, self.fence), "vkQueueSubmit")
-        fences = self._fences
         interrupted: BaseException | None = None
+        try:
+            result = lib.vkQueueSubmit(dev.queue, 1, submit, self.fence)
+        except KeyboardInterrupt as exc:  # raised as the call returned: its result is lost
+            interrupted, result = exc, self._result_of_lost_submit()
+        vkapi.check(result, "vkQueueSubmit")
+        fences = self._fences
         while True:
             try:
                 result = lib.vkWaitForFences(dev.handle, 1, fences, 1, _WAIT_SLICE_NS)
@@ -344,6 +348,17 @@ class Submitter:
         vkapi.check(lib.vkResetFences(dev.handle, 1, fences), "vkResetFences")
         if interrupted is not None:
             raise interrupted
+
+    def _result_of_lost_submit(self) -> int:
+        """vkQueueSubmit's result when Ctrl-C hid it: wait for the queue to drain, then
+        VK_SUCCESS if the fence signalled (the work was submitted), else VK_ERROR_UNKNOWN."""
+        dev = self.device
+        while True:
+            try:
+                dev.lib.vkQueueWaitIdle(dev.queue)
+                return 0 if dev.lib.vkGetFenceStatus(dev.handle, self.fence) == 0 else -13
+            except KeyboardInterrupt:
+                continue
 
     def _elapsed(self) -> float:
         dev = self.device
