@@ -28,12 +28,15 @@ float exact_round_from(float w, float s, float k) {
     float s_hi = uintBitsToFloat(floatBitsToUint(s) & 0xfffff000u);
     precise float s_lo = s - s_hi;
     int up = sign_of_residual(w, k + 0.5, s_hi, s_lo);
-    if (up > 0) return k + 1.0;
-    if (up == 0) return even_of(k);
     int down = sign_of_residual(w, k - 0.5, s_hi, s_lo);
-    if (down < 0) return k - 1.0;
-    if (down == 0) return even_of(k - 1.0);
-    return k;
+    // Selects rather than branches (a SIMD driver runs every branch anyway); later
+    // lines win: above the upper midpoint, on it, on the lower one, below it.
+    float r = k;
+    r = down == 0 ? even_of(k - 1.0) : r;
+    r = down < 0 ? k - 1.0 : r;
+    r = up == 0 ? even_of(k) : r;
+    r = up > 0 ? k + 1.0 : r;
+    return r;
 }
 
 float exact_round(float w, float s) {
