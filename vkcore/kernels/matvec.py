@@ -4,8 +4,8 @@
 symmetric weights; asymmetric weights are supported through this correction):
 
 * ``"float"`` (weight-only): ``y_i = s_i * sum_j v_ij x_j + b_i``; float32 sums, the scale
-  applied once per output after the sum. Accuracy: within float32 summation error of
-  the float64 reference, ``|err_i| <= 1e-6 * s_i * sum_j |v_ij x_j| * sqrt(n)`` in tests.
+  applied once per output after the sum. Accuracy: float32 summation error against the
+  float64 reference, ``|err_i| <= n * 2^-23 * s_i * sum_j |v_ij x_j|`` (what tests hold).
 * ``"int8"`` (full integer): x is quantized per tensor, symmetric, on the device
   (:func:`vkcore.reference.quantize_activations`); ``acc_i = sum_j v_ij qx_j`` in int32.
 * ``"uint8"``: x quantized asymmetrically with zero point ``z_x``;
