@@ -479,3 +479,58 @@ def test_ctrl_c_right_after_submit_still_waits():
     assert result["outcomes"] == ["interrupted"] * 5
     assert result["correct"]
     assert result["messages"] == []
+
+
+# Ctrl-C in the middle of Device.close: the teardown must finish (nothing left alive at
+# vkDestroyDevice, no double destruction) and the interrupt arrive afterwards.
+CTRL_C_IN_CLOSE_CHILD = """
+    import json, os, signal
+    import numpy as np
+    import vkcore
+
+    class SignalAfter:
+        def __init__(self, lib, name):
+            self._lib, self._name, self.fired = lib, name, 0
+
+        def __getattr__(self, name):
+            func = getattr(self._lib, name)
+            if name != self._name:
+                return func
+
+            def call(*args):
+                result = func(*args)
+                self.fired += 1
+                os.kill(os.getpid(), signal.SIGINT)
+                return result
+
+            return call
+
+    report = {}
+    for target in ("vkDestroyPipeline", "vkDestroyBuffer", "vkDestroyDevice"):
+        dev = vkcore.Device(validation=True, pipeline_cache=False)
+        x = np.random.default_rng(0).standard_normal((8, 3000)).astype(np.float32)
+        t = vkcore.asarray(x, device=dev)
+        vkcore.softmax(t)
+        vkcore.softmax(x, device=dev, algorithm="safe")
+        proxy = SignalAfter(dev.lib, target)
+        dev.lib = proxy
+        try:
+            dev.close()
+            outcome = "finished"
+        except KeyboardInterrupt:
+            outcome = "interrupted"
+        report[target] = {"outcome": outcome, "fired": proxy.fired, "closed": dev.closed,
+                          "messages": dev.validation_messages}
+    print(json.dumps(report))
+"""
+
+
+def test_ctrl_c_during_close_finishes_the_teardown():
+    out = run_python(textwrap.dedent(CTRL_C_IN_CLOSE_CHILD), env={"VKCORE_VALIDATION": "1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    for target, result in report.items():
+        assert result["fired"] >= 1, target
+        assert result["outcome"] == "interrupted", (target, result)
+        assert result["closed"], target
+        assert result["messages"] == [], (target, result["messages"])

@@ -9,10 +9,12 @@ Garbage collection only calls ``close`` as a fallback.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
+import signal
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import config, vkapi
@@ -35,6 +37,29 @@ _MAX_SETS = 1024
 # and pipelines). Their values refer back to the device, so a plain WeakKeyDictionary
 # would keep every device alive forever; Device.close drops the entries instead.
 _per_device_maps: list[weakref.WeakKeyDictionary[Any, Any]] = []
+
+
+@contextlib.contextmanager
+def _ctrl_c_deferred() -> Iterator[None]:
+    """Hold Ctrl-C until the block ends, then deliver it (main thread only).
+
+    A teardown stopped halfway would leave half-destroyed objects that later calls or
+    finalizers would destroy a second time.
+    """
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or previous is None:
+        yield  # only the main thread receives KeyboardInterrupt; None: a handler set in C
+        return
+    caught: list[Any] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: caught.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught and callable(previous):
+            previous(signal.SIGINT, caught[0])  # Python's default handler raises KeyboardInterrupt
+        elif caught and previous == signal.SIG_DFL:
+            signal.raise_signal(signal.SIGINT)
 
 
 def per_device_map() -> weakref.WeakKeyDictionary[Any, Any]:
@@ -293,7 +318,7 @@ class Device:
 
     def close(self) -> None:
         """Wait for the queue, save the pipeline cache, destroy everything this device owns."""
-        with self.lock:
+        with self.lock, _ctrl_c_deferred():
             if self._closed:
                 return
             self._closed = True
@@ -301,12 +326,12 @@ class Device:
                 self.lib.vkDeviceWaitIdle(self.handle)
             finally:
                 self._destroy_partial()
-        for mapping in _per_device_maps:
-            mapping.pop(self, None)
-        global _default
-        with _default_lock:
-            if _default is self:
-                _default = None
+            for mapping in _per_device_maps:
+                mapping.pop(self, None)
+            global _default
+            with _default_lock:
+                if _default is self:
+                    _default = None
 
     def _destroy_partial(self) -> None:
         """Destroy whatever exists, children first; safe after a failed __init__."""
