@@ -248,3 +248,31 @@ def test_host_buffer_refuses_what_it_cannot_wrap(device):
     with pytest.raises(TypeError, match="array itself"):
         buf.write(np.zeros(4, np.float32))
     buf.destroy()
+
+
+def test_tensor_outputs_come_back_to_the_pool(device, rng):
+    from vkcore.memory import buffer_pool
+
+    pool = buffer_pool(device)
+    x = vkcore.asarray(rng.standard_normal((4, 1000)).astype(np.float32), device=device)
+    y1 = vkcore.softmax(x)
+    handle = y1.buffer.handle
+    first = y1.numpy()
+    old = y1.buffer
+    old.destroy()  # back to the pool, not freed
+    assert not old.alive
+    with pytest.raises(RuntimeError, match="released"):
+        old.read(np.empty(4000, np.float32))
+    assert any(b.handle == handle for b in pool._free)
+    y2 = vkcore.softmax(x)
+    assert y2.buffer.handle == handle and y2.buffer is not old
+    np.testing.assert_array_equal(y2.numpy(), first)
+    reshaped = y2.reshape(-1)
+    del y2  # the reshaped view still holds the buffer: nothing goes back yet
+    assert reshaped.buffer.alive
+    np.testing.assert_array_equal(reshaped.numpy(), first.reshape(-1))
+    before = device.live_objects()["device_memory"]
+    for _ in range(5):
+        vkcore.softmax(x)  # each result dropped at once
+    assert device.live_objects()["device_memory"] <= before + 1
+    x.buffer.destroy()

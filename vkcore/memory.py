@@ -48,6 +48,8 @@ class Buffer:
     # True for long-lived buffers (pooled, placeholders): the submitter may keep a recorded
     # command buffer that references them, dropped when the buffer is destroyed.
     reusable = False
+    # A leased buffer (BufferPool.lease) goes back to its pool instead of being destroyed.
+    _return_to: BufferPool | None = None
 
     def __init__(self, device: Device, nbytes: int, *, host_visible: bool | None = None) -> None:
         if nbytes <= 0:
@@ -145,6 +147,9 @@ class Buffer:
         # The device lock first: Device.close holds it while it destroys its buffers.
         with dev.lock, self._lock:
             if self.handle is None:
+                return
+            pool = self._return_to
+            if pool is not None and pool.take_back(self):
                 return
             ffi, lib = dev.ffi, dev.lib
             dev.forget_buffer(self)
@@ -429,6 +434,41 @@ class BufferPool:
         buf = Buffer(self.device, nbytes)
         buf.reusable = True
         return buf
+
+    def lease(self, nbytes: int) -> Buffer:
+        """A buffer of ``nbytes`` for a kernel's output Tensor: a new Buffer object that,
+        when destroyed or collected, gives its memory back to this pool (already touched
+        pages: no page faults on the next output of that size) rather than freeing it."""
+        with self.device.lock:
+            buf = self.acquire(nbytes)
+            lent = Buffer.__new__(Buffer)
+            lent.device, lent.nbytes, lent._lock = self.device, buf.nbytes, threading.Lock()
+            lent.handle, lent.memory, lent.mapped = buf.handle, buf.memory, buf.mapped
+            self._disown(buf)
+            self.device.register_buffer(lent)
+            lent._return_to = self
+            return lent
+
+    def take_back(self, lent: Buffer) -> bool:
+        """Adopt a leased buffer's memory as a free pool buffer; False if the pool cannot
+        (device closing, pool full), and the caller destroys it."""
+        dev = self.device
+        if dev.closed or dev.handle is None or lent.nbytes > self.max_bytes:
+            return False
+        back = Buffer.__new__(Buffer)
+        back.device, back.nbytes, back._lock = dev, lent.nbytes, threading.Lock()
+        back.handle, back.memory, back.mapped = lent.handle, lent.memory, lent.mapped
+        back.reusable = True
+        self._disown(lent)
+        dev.register_buffer(back)
+        self.release(back)
+        return True
+
+    def _disown(self, buf: Buffer) -> None:
+        """Forget ``buf`` as an object (its Vulkan handles now belong to another one)."""
+        self.device.forget_buffer(buf)
+        buf.handle = buf.memory = None
+        buf.mapped = None
 
     def release(self, buf: Buffer) -> None:
         """Give ``buf`` back; it is destroyed instead when the pool is full."""

@@ -257,18 +257,21 @@ def _softmax_tensor(x: Tensor, algorithm: str) -> Tensor:
     dev = x.device
     n = x.shape[-1]
     rows = x.size // n if n else 0
-    y = Tensor.empty(x.shape, np.float32, dev)
     if rows == 0 or n == 0:
-        return y
+        return Tensor.empty(x.shape, np.float32, dev)
     c.check_binding_size(dev, x.nbytes, "x")
-    p = plan(dev, rows, n)
+    p = _cached_plan(dev, rows, n)
+    pool = buffer_pool(dev)
+    # A leased output buffer goes back to the pool (pages already touched) when the
+    # Tensor's buffer is destroyed or collected, instead of being freed.
+    y = Tensor(pool.lease(x.nbytes), x.shape, np.dtype(np.float32), dev)
     assert x.buffer is not None and y.buffer is not None
-    parts = Buffer(dev, rows * p.nchunks * 16) if p.nchunks > 1 else c.dummy_buffer(dev)
+    parts = pool.acquire(rows * p.nchunks * 16) if p.nchunks > 1 else c.dummy_buffer(dev)
     try:
         dev.submitter.run(_dispatches(dev, p, algorithm, x.buffer, y.buffer, parts))
     finally:
         if p.nchunks > 1:
-            parts.destroy()
+            pool.release(parts)
     return y
 
 
