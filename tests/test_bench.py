@@ -26,6 +26,7 @@ COMPARISON_KEYS = {
     "candidate_median_s",
     "candidate_device_median_s",
     "bandwidth_bytes_per_s",
+    "ratio_of_minimums",
 }
 
 
