@@ -75,6 +75,22 @@ def test_quick_json_has_every_comparison_and_sample(quick_json):
     assert quick_json["kernel_copy_bandwidth_median"] > 0
 
 
+def test_a_failing_comparison_is_reported_and_the_rest_still_run(device, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("shader compile failed\nsecond line")
+
+    monkeypatch.setattr(bench, "tiny_overhead", broken)
+    monkeypatch.setattr(bench, "SOFTMAX_SHAPES_QUICK", [(2, 256)])
+    monkeypatch.setattr(bench, "has_quant_kernels", lambda: False)
+    monkeypatch.setattr(bench, "softmax_vs_numpy", lambda *a: iter(()))
+    result = bench.run_bench(device, quick=True, repeats=1, progress=False)
+    assert result["errors"] == [
+        {"step": "tiny softmax overhead", "error": "RuntimeError: shader compile failed"}
+    ]
+    assert [c["shape"] for c in result["comparisons"]] == [(2, 256)]
+    assert "FAILED tiny softmax overhead" in bench.format_table(result)
+
+
 def test_every_target_is_reported(quick_json):
     reported = {t["group"] for t in quick_json["targets"]}
     assert reported == set(bench.TARGETS)

@@ -513,8 +513,13 @@ def run_bench(
     bar.step("copy bandwidth")
     comparisons: list[Comparison] = []
     started = time.perf_counter()
+    errors: list[dict[str, str]] = []
     for label, make in steps:
-        comparisons.extend(make())
+        try:
+            comparisons.extend(make())
+        except Exception as exc:  # noqa: BLE001 - one broken kernel must not hide the others
+            first_line = (str(exc).strip().splitlines() or [""])[0]
+            errors.append({"step": label, "error": f"{type(exc).__name__}: {first_line}"})
         bar.step(label)
     return {
         "environment": environment(dev),
@@ -528,6 +533,7 @@ def run_bench(
         "quant_kernels": quant,
         "comparisons": [c.summary() for c in comparisons],
         "targets": verdicts(comparisons),
+        "errors": errors,
     }
 
 
@@ -607,6 +613,8 @@ def format_table(result: dict[str, Any]) -> str:
             f"{c['ratio_of_minimums']:6.2f} {gbs} {roof}"
             + ("  (call/floor)" if label != "ratio" else "")
         )
+    for err in result.get("errors", []):
+        lines.append(f"FAILED {err['step']}: {err['error']}")
     lines += ["", "targets (worst shape of each group):"]
     for t in result["targets"]:
         if t["value"] is None:

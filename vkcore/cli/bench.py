@@ -45,4 +45,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"plot written to {args.plot}", file=sys.stderr)
     print(bench.to_json(result) if args.json else bench.format_table(result))
     missed = [t for t in result["targets"] if t["met"] is False]
+    if result["errors"]:
+        return 1  # a comparison could not run: say so in the exit status too
     return 1 if args.check and missed else 0
