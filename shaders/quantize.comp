@@ -1,56 +1,73 @@
 #version 450
-// RTN quantization of float32 weights; each invocation writes WORDS packed words
-// (4 bytes each) of one row.
+// RTN quantization of float32 weights; each invocation quantizes one block of 16
+// columns of one row and stores it as one uvec4 (16 bytes).
 //
 // q = clamp(roundEven(w / s) + z, qmin, qmax), with roundEven of the exact real quotient
 // (see quant_common.glsl). The host passes each group's scale normalized into [1, 2)
 // and two powers of two whose product normalizes it (multiplying by them is exact), so
 // (w * f1 * f2) / s_norm = w / s. Columns past n (row padding up to the row stride)
 // store z, which dequantizes to 0.
+//
+// The code is straight-line on purpose: a CPU driver (lavapipe) runs both sides of every
+// branch and loads memory lane by lane, so fewer, wider loads and no branches win.
+// VEC 1: the block lies inside the row and the row starts 16-byte aligned: vec4 loads.
+// VEC 0: any block; columns are loaded one by one, clamped to the row.
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #include "quant_common.glsl"
 
 layout(local_size_x_id = 0) in;
 
-#define WORDS 4
-
+#if VEC
+layout(std430, binding = 0) readonly buffer W { vec4 w4[]; };
+#else
 layout(std430, binding = 0) readonly buffer W { float w[]; };
-layout(std430, binding = 1) writeonly buffer Q { uint q[]; };
+#endif
+layout(std430, binding = 1) writeonly buffer Q { uvec4 q4[]; };
 struct Group { float s_norm; float f1; float f2; int z; };
 layout(std430, binding = 2) readonly buffer P { Group groups[]; };
 
 layout(push_constant) uniform Push {
     uint n;             // columns of W
-    uint row_words;     // words per stored row (row stride / 4)
+    uint row_blocks;    // 16-byte blocks per stored row (row stride / 16)
     uint rows;          // rows in this dispatch
-    uint w_row0;        // first row of this dispatch in the W slice
+    uint w_first;       // index in W of this dispatch's first row (w_row0 * n + offset)
     uint q_row0;        // first row of this dispatch in the Q chunk
     uint group_row0;    // global index of the first row (for the group lookup)
     uint group_stride;  // 1: a group per row, 0: one group for the tensor
     int qmin;
     int qmax;
+    uint block0;        // first block (of 16 columns) of this dispatch
 } pc;
 
 void main() {
-    uint first_word = gl_GlobalInvocationID.x * WORDS;
+    uint block = pc.block0 + gl_GlobalInvocationID.x;
     uint r = gl_GlobalInvocationID.y;
-    if (first_word >= pc.row_words || r >= pc.rows) return;
+    if (block >= pc.row_blocks || r >= pc.rows) return;
     Group g = groups[(pc.group_row0 + r) * pc.group_stride];
-    float inv = 1.0 / g.s_norm;  // only for candidates: exact_round corrects them
-    uint w_base = (pc.w_row0 + r) * pc.n;
-    uint q_base = (pc.q_row0 + r) * pc.row_words;
-    uint last_word = min(first_word + WORDS, pc.row_words);
-    for (uint word = first_word; word < last_word; ++word) {
-        uint packed = 0u;
-        for (uint i = 0u; i < 4u; ++i) {
-            uint col = word * 4u + i;
-            int v = g.z;
-            if (col < pc.n) {
-                precise float x = flush_subnormal(w[w_base + col]) * g.f1 * g.f2;
-                v = clamp(int(fast_exact_round(x, g.s_norm, inv)) + g.z, pc.qmin, pc.qmax);
-            }
-            packed |= (uint(v) & 0xffu) << (8u * i);
-        }
-        q[q_base + word] = packed;
+    float inv = 1.0 / g.s_norm;  // only for candidates: the exact check corrects them
+    float s_hi = uintBitsToFloat(floatBitsToUint(g.s_norm) & 0xfffff000u);
+    precise float s_lo = g.s_norm - s_hi;
+    uint col0 = block * 16u;
+    uint w_base = pc.w_first + r * pc.n;
+    float v[16];
+#if VEC
+    [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+        vec4 a = w4[(w_base + col0) / 4u + i];
+        v[4u * i] = a.x;
+        v[4u * i + 1u] = a.y;
+        v[4u * i + 2u] = a.z;
+        v[4u * i + 3u] = a.w;
     }
+#else
+    [[unroll]] for (uint i = 0u; i < 16u; ++i) v[i] = w[w_base + min(col0 + i, pc.n - 1u)];
+#endif
+    uvec4 packed = uvec4(0u);
+    [[unroll]] for (uint i = 0u; i < 16u; ++i) {
+        precise float x = flush_subnormal(v[i]) * g.f1 * g.f2;
+        int q = clamp(int(exact_round_near(x, inv, s_hi, s_lo)) + g.z, pc.qmin, pc.qmax);
+        q = col0 + i < pc.n ? q : g.z;
+        packed[i / 4u] |= (uint(q) & 0xffu) << (8u * (i % 4u));
+    }
+    q4[(pc.q_row0 + r) * pc.row_blocks + block] = packed;
 }

@@ -320,3 +320,29 @@ def test_tensor_weights_stay_on_their_device(rng):
         qt.release()
         mat.release()
         assert other.validation_messages == []
+
+
+@pytest.mark.parametrize("n", [64, 100, 37])
+def test_imported_weights_match_reference(device, rng, monkeypatch, n):
+    """Weights read in place (host memory imported, no staging copy): whole aligned
+    blocks with vec4 loads, a ragged tail and unaligned rows all give the reference."""
+    if not quant.can_import_host(device):
+        pytest.skip("device cannot import host memory")
+    monkeypatch.setattr(quant, "IMPORT_MIN_BYTES", 0)
+    w = (rng.standard_normal((9, n)) * 3).astype(np.float32)
+    assert quant._import_rows(device, w, 9) == 9
+    for symmetric in (True, False):
+        qt = vkcore.quantize(w, symmetric=symmetric, device=device)
+        check_against_reference(qt, w, 8, symmetric, True)
+        qt.release()
+    shifted = np.empty(9 * n + 1, np.float32)[1:].reshape(9, n)  # rows start off 16 bytes
+    shifted[...] = w
+    check_against_reference(vkcore.quantize(shifted, device=device), w, 8, True, True)
+
+
+def test_read_only_weights_are_copied(device, rng, monkeypatch):
+    monkeypatch.setattr(quant, "IMPORT_MIN_BYTES", 0)
+    w = rng.standard_normal((4, 32)).astype(np.float32)
+    w.flags.writeable = False
+    assert quant._import_rows(device, w, 4) == 0
+    check_against_reference(vkcore.quantize(w, device=device), w, 8, True, True)

@@ -35,15 +35,15 @@ import numpy as np
 from .. import spirv
 from ..commands import Dispatch
 from ..device import Device, resolve
-from ..memory import Buffer, Tensor, buffer_pool
+from ..memory import Buffer, HostBuffer, Tensor, buffer_pool, can_import_host
 from . import _common as c
 
 WORKGROUP = 64
-WORDS_PER_INVOCATION = 4  # quantize.comp's WORDS
+IMPORT_MIN_BYTES = 1 << 20  # smaller weights are copied: importing costs more than it saves
 BLOCK = 16  # bytes per stored block of a row
 _TINY = np.float32(np.finfo(np.float32).tiny)
 _SMALLEST = np.float32(2.0**-149)
-spirv.register_variants("quantize.comp", [{}])
+spirv.register_variants("quantize.comp", [{"VEC": 1}, {"VEC": 0}])
 spirv.register_variants("dequantize.comp", [{}])
 _PARAMS = np.dtype([("s_norm", "<f4"), ("f1", "<f4"), ("f2", "<f4"), ("z", "<i4")])
 
@@ -313,6 +313,46 @@ def _upload(arr: np.ndarray, dev: Device) -> Tensor:
     return t
 
 
+@dataclass(frozen=True)
+class _QuantizeJob:
+    """What every quantize dispatch of one call shares."""
+
+    dev: Device
+    n: int
+    params: Buffer
+    qmin: int
+    qmax: int
+    per_channel: bool
+
+    def run_slice(self, src: Buffer, offset: int, ch: Chunk, start: int, rows: int) -> None:
+        """Quantize ``rows`` rows of ``src`` (starting ``offset`` floats in) into rows
+        ``start...`` of chunk ``ch``: whole 16-column blocks with vec4 loads where every
+        row starts 16-byte aligned, the rest with the column-by-column variant."""
+        dev, n = self.dev, self.n
+        blocks = c.ceil_div(n, BLOCK)
+        vec_blocks = n // BLOCK if n % 4 == 0 and offset % 4 == 0 else 0
+        parts = ((1, 0, vec_blocks), (0, vec_blocks, blocks - vec_blocks))
+        steps = []
+        for first, count in row_slices(rows, grid_rows(dev)):
+            row = ch.row0 + start + first
+            head = c.pack_u32(n, blocks, count, offset + first * n, start + first, row)
+            head += c.pack_u32(int(self.per_channel))
+            head += np.array([self.qmin, self.qmax], dtype="<i4").tobytes()
+            for vec, block0, count_x in parts:
+                if count_x:
+                    pipe = _quantize_pipeline(dev, vec)
+                    groups = (column_groups(dev, count_x), count, 1)
+                    push = head + c.pack_u32(block0)
+                    steps.append(Dispatch(pipe, (src, ch.buffer, self.params), push, groups))
+        dev.submitter.run(steps)
+
+
+def _quantize_pipeline(dev: Device, vec: int) -> Any:
+    return dev.pipeline(
+        "quantize.comp", defines={"VEC": vec}, spec={0: WORKGROUP}, buffers=3, push_size=40
+    )
+
+
 def _run_quantize(
     dev: Device,
     w32: np.ndarray,
@@ -323,33 +363,43 @@ def _run_quantize(
     symmetric: bool,
     per_channel: bool,
 ) -> None:
-    n = w32.shape[1]
-    words = c.ceil_div(n, BLOCK) * BLOCK // 4
-    qmin, qmax = integer_range(bits, symmetric)
-    pipe = dev.pipeline("quantize.comp", spec={0: WORKGROUP}, buffers=3, push_size=36)
+    job = _QuantizeJob(dev, w32.shape[1], params, *integer_range(bits, symmetric), per_channel)
+    import_rows = _import_rows(dev, w32, w_rows)
     pool = buffer_pool(dev)  # a reused staging buffer: no fresh pages to fault in
-    staging = pool.acquire(min(w32.shape[0], w_rows) * n * 4)
+    staging = None
+    if not import_rows:
+        staging = pool.acquire(min(w32.shape[0], w_rows) * w32.shape[1] * 4)
     try:
         for ch in chunks:
-            for start, rows in row_slices(ch.rows, w_rows):
-                staging.write(w32[ch.row0 + start : ch.row0 + start + rows])
-                steps = []
-                for first, count in row_slices(rows, grid_rows(dev)):
-                    push = c.pack_u32(
-                        n,
-                        words,
-                        count,
-                        first,
-                        start + first,
-                        ch.row0 + start + first,
-                        int(per_channel),
-                    )
-                    push += np.array([qmin, qmax], dtype="<i4").tobytes()
-                    groups = (column_groups(dev, c.ceil_div(words, WORDS_PER_INVOCATION)), count, 1)
-                    steps.append(Dispatch(pipe, (staging, ch.buffer, params), push, groups))
-                dev.submitter.run(steps)
+            for start, rows in row_slices(ch.rows, import_rows or w_rows):
+                part = w32[ch.row0 + start : ch.row0 + start + rows]
+                if staging is not None:
+                    staging.write(part)
+                    job.run_slice(staging, 0, ch, start, rows)
+                    continue
+                imported = HostBuffer(dev, part)  # the array's own pages: no host copy
+                try:
+                    job.run_slice(imported, imported.offset // 4, ch, start, rows)
+                finally:
+                    imported.destroy()
     finally:
-        pool.release(staging)
+        if staging is not None:
+            pool.release(staging)
+
+
+def _import_rows(dev: Device, w32: np.ndarray, w_rows: int) -> int:
+    """Rows per imported slice of ``w32`` when its pages can be read in place, else 0.
+
+    Small matrices (under IMPORT_MIN_BYTES) and read-only or non-contiguous arrays go
+    through the staging buffer instead; each slice, rounded out to whole pages, must fit
+    one storage binding.
+    """
+    if w32.nbytes < IMPORT_MIN_BYTES or not w32.flags.writeable or not can_import_host(dev):
+        return 0
+    if not w32.flags.c_contiguous or w32.ctypes.data % 4:
+        return 0
+    slack = 2 * int(dev.info.min_imported_host_pointer_alignment)
+    return max(0, min(w_rows, (binding_limit(dev) - slack) // (4 * w32.shape[1])))
 
 
 # --------------------------------------------------------------------------- dequantize
