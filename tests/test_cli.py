@@ -8,7 +8,9 @@ from vkcore.cli import main
 
 
 def run_cli(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "vkcore", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "vkcore", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_info_json_has_cache_key_fields():
@@ -16,11 +18,27 @@ def test_info_json_has_cache_key_fields():
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     chosen = data["chosen"]
-    for key in ("vendor_id", "device_id", "driver_version", "pipeline_cache_uuid", "device_uuid", "driver_id",
-                "driver_name", "driver_info", "api_version", "subgroup_size", "max_storage_buffer_range",
-                "max_compute_work_group_count", "max_compute_work_group_size", "timestamp_period",
-                "storage_buffer_8bit_access", "shader_int8", "integer_dot_product",
-                "integer_dot_product_8bit_accelerated", "pointer_size"):
+    for key in (
+        "vendor_id",
+        "device_id",
+        "driver_version",
+        "pipeline_cache_uuid",
+        "device_uuid",
+        "driver_id",
+        "driver_name",
+        "driver_info",
+        "api_version",
+        "subgroup_size",
+        "max_storage_buffer_range",
+        "max_compute_work_group_count",
+        "max_compute_work_group_size",
+        "timestamp_period",
+        "storage_buffer_8bit_access",
+        "shader_int8",
+        "integer_dot_product",
+        "integer_dot_product_8bit_accelerated",
+        "pointer_size",
+    ):
         assert key in chosen, key
     assert len(bytes.fromhex(chosen["pipeline_cache_uuid"])) == 16
     assert data["devices"]

@@ -76,7 +76,9 @@ def test_context_manager_closes():
     assert dev.closed
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "int8", "uint8", "int16", "uint16", "int32", "uint32"])
+@pytest.mark.parametrize(
+    "dtype", ["float32", "float16", "int8", "uint8", "int16", "uint16", "int32", "uint32"]
+)
 def test_asarray_roundtrip(device, rng, dtype):
     a = (rng.standard_normal((3, 5, 7)) * 50).astype(dtype)
     t = vkcore.asarray(a, device=device)
@@ -138,8 +140,19 @@ def test_default_device_is_shared():
 
 
 def test_no_driver_gives_clear_error(tmp_path):
-    env = dict(os.environ, VK_ICD_FILENAMES=str(tmp_path / "none.json"), VK_DRIVER_FILES=str(tmp_path / "none.json"))
-    code = "import vkcore\ntry:\n    vkcore.Device()\nexcept vkcore.VulkanError as e:\n    print('ERR', e)\n"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    env = dict(
+        os.environ,
+        VK_ICD_FILENAMES=str(tmp_path / "none.json"),
+        VK_DRIVER_FILES=str(tmp_path / "none.json"),
+    )
+    code = (
+        "import vkcore\ntry:\n    vkcore.Device()\n"
+        "except vkcore.VulkanError as e:\n    print('ERR', e)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
-    assert "ERR" in out.stdout and ("no Vulkan device" in out.stdout or "vkCreateInstance" in out.stdout)
+    assert "ERR" in out.stdout and (
+        "no Vulkan device" in out.stdout or "vkCreateInstance" in out.stdout
+    )

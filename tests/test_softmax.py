@@ -30,8 +30,22 @@ def test_seed_example(device, alg):
 @pytest.mark.parametrize("alg", ALGS)
 @pytest.mark.parametrize(
     "shape",
-    [(1,), (3,), (1, 1), (2, 5), (7, 13), (4, 64), (3, 257), (5, 1023), (2, 4096), (33, 4097), (1, 100_003),
-     (3, 1 << 18), (200, 256), (2, 3, 40)],
+    [
+        (1,),
+        (3,),
+        (1, 1),
+        (2, 5),
+        (7, 13),
+        (4, 64),
+        (3, 257),
+        (5, 1023),
+        (2, 4096),
+        (33, 4097),
+        (1, 100_003),
+        (3, 1 << 18),
+        (200, 256),
+        (2, 3, 40),
+    ],
 )
 def test_accuracy_random(device, rng, alg, shape):
     x = (rng.standard_normal(shape) * 6).astype(np.float32)
@@ -110,7 +124,9 @@ def test_other_float_dtypes_become_float32(device, rng, dtype):
     check_accuracy(y, x.astype(np.float32))
 
 
-@pytest.mark.parametrize("bad", [np.arange(4), np.ones(3, bool), np.ones(3, np.complex64), np.array([object()])])
+@pytest.mark.parametrize(
+    "bad", [np.arange(4), np.ones(3, bool), np.ones(3, np.complex64), np.array([object()])]
+)
 def test_non_float_dtypes_are_type_errors(device, bad):
     with pytest.raises(TypeError, match="x must"):
         vkcore.softmax(bad, device=device)
@@ -229,7 +245,9 @@ def test_large_inputs_imported_without_copies(device, rng, start):
     for alg in ALGS:
         check_accuracy(vkcore.softmax(x, algorithm=alg, device=device), x)
     live = [ref() for ref in device._buffers.values()]
-    assert not any(isinstance(b, HostBuffer) and b.alive for b in live), "an import outlived its call"
+    assert not any(isinstance(b, HostBuffer) and b.alive for b in live), (
+        "an import outlived its call"
+    )
 
 
 def test_read_only_large_input_is_copied_not_imported(device, rng):

@@ -1,39 +1,37 @@
-"""vkcore: Vulkan compute kernels for Python (online softmax, RTN quantization, INT8 matvec)."""
+"""vkcore: Vulkan compute kernels for Python (online softmax, RTN quantization, INT8 matvec).
+
+numpy in, numpy out; :class:`Tensor` in, Tensor out for data that stays on the device.
+"""
 
 from . import reference
 from .device import Device, default_device, devices
 from .errors import ValidationError, VulkanError
 from .instance import DeviceInfo
+from .kernels.matvec import F32Matrix, matvec, matvec_f32
+from .kernels.quant import QuantizedTensor, dequantize, quantize
+from .kernels.softmax import softmax
 from .memory import Tensor, asarray
+from .quant_report import QuantError, quant_error
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Device",
     "DeviceInfo",
+    "F32Matrix",
+    "QuantError",
+    "QuantizedTensor",
     "Tensor",
     "ValidationError",
     "VulkanError",
     "asarray",
     "default_device",
-    "devices",
-]
-
-from .kernels.softmax import softmax  # noqa: E402
-
-__all__ += ["softmax"]
-
-from .kernels.matvec import F32Matrix, matvec, matvec_f32  # noqa: E402
-from .kernels.quant import QuantizedTensor, dequantize, quantize  # noqa: E402
-from .quant_report import QuantError, quant_error  # noqa: E402
-
-__all__ += [
-    "F32Matrix",
-    "QuantError",
-    "QuantizedTensor",
     "dequantize",
+    "devices",
     "matvec",
     "matvec_f32",
     "quant_error",
     "quantize",
+    "reference",
+    "softmax",
 ]

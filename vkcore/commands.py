@@ -71,21 +71,33 @@ class Submitter:
         self.query_pool: Any = None
         self.staging: Buffer | None = None
         alloc = keep.struct(
-            "VkCommandBufferAllocateInfo", commandPool=device.command_pool, level=0, commandBufferCount=1
+            "VkCommandBufferAllocateInfo",
+            commandPool=device.command_pool,
+            level=0,
+            commandBufferCount=1,
         )
         cb = ffi.new("VkCommandBuffer[1]")
-        vkapi.check(lib.vkAllocateCommandBuffers(device.handle, alloc, cb), "vkAllocateCommandBuffers")
+        vkapi.check(
+            lib.vkAllocateCommandBuffers(device.handle, alloc, cb), "vkAllocateCommandBuffers"
+        )
         self.command_buffer = cb[0]
         fence = ffi.new("VkFence*")
         vkapi.check(
-            lib.vkCreateFence(device.handle, keep.struct("VkFenceCreateInfo"), ffi.NULL, fence), "vkCreateFence"
+            lib.vkCreateFence(device.handle, keep.struct("VkFenceCreateInfo"), ffi.NULL, fence),
+            "vkCreateFence",
         )
         self.fence = fence[0]
         self.timestamps = device.timestamp_valid_bits > 0
         if self.timestamps:
-            qinfo = keep.struct("VkQueryPoolCreateInfo", queryType=vkapi.flag("VK_QUERY_TYPE_TIMESTAMP"), queryCount=2)
+            qinfo = keep.struct(
+                "VkQueryPoolCreateInfo",
+                queryType=vkapi.flag("VK_QUERY_TYPE_TIMESTAMP"),
+                queryCount=2,
+            )
             pool = ffi.new("VkQueryPool*")
-            vkapi.check(lib.vkCreateQueryPool(device.handle, qinfo, ffi.NULL, pool), "vkCreateQueryPool")
+            vkapi.check(
+                lib.vkCreateQueryPool(device.handle, qinfo, ffi.NULL, pool), "vkCreateQueryPool"
+            )
             self.query_pool = pool[0]
         self._seconds: float | None = None
         self._seconds_pending = False  # timestamps written by the latest run, not yet read
@@ -153,7 +165,9 @@ class Submitter:
             parts.append((id(d.pipeline), tuple(id(b) for b in d.buffers), d.push, d.groups))
         return tuple(parts)
 
-    def _recorded_for(self, key: tuple[Any, ...], dispatches: Sequence[Dispatch], timed: bool) -> _Recorded:
+    def _recorded_for(
+        self, key: tuple[Any, ...], dispatches: Sequence[Dispatch], timed: bool
+    ) -> _Recorded:
         rec = self._recorded.get(key)
         if rec is not None:
             self._recorded.move_to_end(key)
@@ -165,10 +179,15 @@ class Submitter:
         try:
             keep = vkapi.Keep()
             alloc = keep.struct(
-                "VkCommandBufferAllocateInfo", commandPool=dev.command_pool, level=0, commandBufferCount=1
+                "VkCommandBufferAllocateInfo",
+                commandPool=dev.command_pool,
+                level=0,
+                commandBufferCount=1,
             )
             out = ffi.new("VkCommandBuffer[1]")
-            vkapi.check(lib.vkAllocateCommandBuffers(dev.handle, alloc, out), "vkAllocateCommandBuffers")
+            vkapi.check(
+                lib.vkAllocateCommandBuffers(dev.handle, alloc, out), "vkAllocateCommandBuffers"
+            )
         except BaseException:
             self._free_sets(sets)
             raise
@@ -197,13 +216,19 @@ class Submitter:
         lib = dev.lib
         with dev.lock:
             if not self._recorded:
-                raise RuntimeError("no recorded command buffer is kept: run a call on pooled buffers first")
+                raise RuntimeError(
+                    "no recorded command buffer is kept: run a call on pooled buffers first"
+                )
             rec = next(reversed(self._recorded.values()))
             out = []
             for _ in range(repeats):
                 start = time.perf_counter()
-                vkapi.check(lib.vkQueueSubmit(dev.queue, 1, rec.submit, self.fence), "vkQueueSubmit")
-                vkapi.check(lib.vkWaitForFences(dev.handle, 1, self._fences, 1, 10**10), "vkWaitForFences")
+                vkapi.check(
+                    lib.vkQueueSubmit(dev.queue, 1, rec.submit, self.fence), "vkQueueSubmit"
+                )
+                vkapi.check(
+                    lib.vkWaitForFences(dev.handle, 1, self._fences, 1, 10**10), "vkWaitForFences"
+                )
                 vkapi.check(lib.vkResetFences(dev.handle, 1, self._fences), "vkResetFences")
                 out.append(time.perf_counter() - start)
             return out
@@ -253,7 +278,10 @@ class Submitter:
         storage = vkapi.flag("VK_DESCRIPTOR_TYPE_STORAGE_BUFFER")
         for dset, d in zip(sets, dispatches, strict=True):
             for binding, buf in enumerate(d.buffers):
-                binfo = keep.new("VkDescriptorBufferInfo*", {"buffer": buf.handle, "offset": 0, "range": buf.nbytes})
+                binfo = keep.new(
+                    "VkDescriptorBufferInfo*",
+                    {"buffer": buf.handle, "offset": 0, "range": buf.nbytes},
+                )
                 writes.append(
                     {
                         "sType": vkapi.structure_type("VkWriteDescriptorSet"),
@@ -289,15 +317,33 @@ class Submitter:
         dev = self.device
         barrier = dev.ffi.new(
             "VkMemoryBarrier*",
-            {"sType": vkapi.structure_type("VkMemoryBarrier"), "srcAccessMask": src, "dstAccessMask": dst},
+            {
+                "sType": vkapi.structure_type("VkMemoryBarrier"),
+                "srcAccessMask": src,
+                "dstAccessMask": dst,
+            },
         )
         dev.lib.vkCmdPipelineBarrier(
             self.command_buffer if cb is None else cb,
-            src_stage, dst_stage, 0, 1, barrier, 0, dev.ffi.NULL, 0, dev.ffi.NULL,
+            src_stage,
+            dst_stage,
+            0,
+            1,
+            barrier,
+            0,
+            dev.ffi.NULL,
+            0,
+            dev.ffi.NULL,
         )
 
     def _record(
-        self, cb: Any, dispatches: Sequence[Dispatch], sets: list[Any], timed: bool, *, one_time: bool
+        self,
+        cb: Any,
+        dispatches: Sequence[Dispatch],
+        sets: list[Any],
+        timed: bool,
+        *,
+        one_time: bool,
     ) -> None:
         dev = self.device
         ffi, lib = dev.ffi, dev.lib
@@ -312,7 +358,9 @@ class Submitter:
                 self._barrier(_COMPUTE, _SHADER_WRITE, _COMPUTE, _SHADER_READ | _SHADER_WRITE, cb)
             lib.vkCmdBindPipeline(cb, bind_point, d.pipeline.handle)
             set_arr[0] = dset
-            lib.vkCmdBindDescriptorSets(cb, bind_point, d.pipeline.layout, 0, 1, set_arr, 0, ffi.NULL)
+            lib.vkCmdBindDescriptorSets(
+                cb, bind_point, d.pipeline.layout, 0, 1, set_arr, 0, ffi.NULL
+            )
             if d.push:
                 push = ffi.new("char[]", d.push)
                 lib.vkCmdPushConstants(cb, d.pipeline.layout, 0x20, 0, len(d.push), push)
@@ -369,7 +417,9 @@ class Submitter:
             lib.vkGetQueryPoolResults(dev.handle, self.query_pool, 0, 2, 16, data, 8, flags),
             "vkGetQueryPoolResults",
         )
-        mask = (1 << dev.timestamp_valid_bits) - 1 if dev.timestamp_valid_bits < 64 else (1 << 64) - 1
+        mask = (
+            (1 << dev.timestamp_valid_bits) - 1 if dev.timestamp_valid_bits < 64 else (1 << 64) - 1
+        )
         ticks = (int(data[1]) - int(data[0])) & mask
         return ticks * dev.info.timestamp_period * 1e-9
 
@@ -383,11 +433,20 @@ class Submitter:
             self.staging = Buffer(self.device, max(nbytes, 1 << 20), host_visible=True)
         return self.staging
 
-    def _copy(self, src: Buffer, src_offset: int, dst: Buffer, dst_offset: int, nbytes: int) -> None:
+    def _copy(
+        self, src: Buffer, src_offset: int, dst: Buffer, dst_offset: int, nbytes: int
+    ) -> None:
         dev = self.device
         self._begin()
-        region = dev.ffi.new("VkBufferCopy*", {"srcOffset": src_offset, "dstOffset": dst_offset, "size": nbytes})
-        self._barrier(_COMPUTE | _HOST, _SHADER_WRITE | _HOST_WRITE, _TRANSFER, _TRANSFER_READ | _TRANSFER_WRITE)
+        region = dev.ffi.new(
+            "VkBufferCopy*", {"srcOffset": src_offset, "dstOffset": dst_offset, "size": nbytes}
+        )
+        self._barrier(
+            _COMPUTE | _HOST,
+            _SHADER_WRITE | _HOST_WRITE,
+            _TRANSFER,
+            _TRANSFER_READ | _TRANSFER_WRITE,
+        )
         dev.lib.vkCmdCopyBuffer(self.command_buffer, src.handle, dst.handle, 1, region)
         self._barrier(_TRANSFER, _TRANSFER_WRITE, _COMPUTE | _HOST, _SHADER_READ | _HOST_READ)
         vkapi.check(dev.lib.vkEndCommandBuffer(self.command_buffer), "vkEndCommandBuffer")

@@ -105,11 +105,15 @@ class Device:
         self._closed = False
         self._buffers: dict[int, weakref.ref[Buffer]] = {}
         self._pipelines: dict[tuple[Any, ...], Pipeline] = {}
-        self.instance = Instance(config.validation_requested() if validation is None else validation)
+        self.instance = Instance(
+            config.validation_requested() if validation is None else validation
+        )
         try:
             physicals = self.instance.physical_devices()
             infos = [query_info(self.instance, pd, i) for i, pd in enumerate(physicals)]
-            self.info = choose(infos, selector if selector is not None else config.device_selector())
+            self.info = choose(
+                infos, selector if selector is not None else config.device_selector()
+            )
             self.physical = physicals[self.info.index]
             self._create_device()
             self._create_pools()
@@ -118,11 +122,18 @@ class Device:
             from .pipeline_cache import PipelineCache
 
             self.submitter: Submitter = Submitter(self)
-            persist = config.env_flag("VKCORE_PIPELINE_CACHE", True) if pipeline_cache is None else pipeline_cache
-            self.pipeline_cache: PipelineCache = PipelineCache(self, persist=persist, directory=cache_dir)
+            persist = (
+                config.env_flag("VKCORE_PIPELINE_CACHE", True)
+                if pipeline_cache is None
+                else pipeline_cache
+            )
+            self.pipeline_cache: PipelineCache = PipelineCache(
+                self, persist=persist, directory=cache_dir
+            )
         except BaseException:
             self._destroy_partial()
             raise
+        _open_devices.add(self)
 
     # ------------------------------------------------------------------ creation
     def _create_device(self) -> None:
@@ -131,13 +142,20 @@ class Device:
         self.queue_family, self.timestamp_valid_bits = self._compute_queue_family()
         priority = keep.new("float[]", [1.0])
         queue_info = keep.struct(
-            "VkDeviceQueueCreateInfo", queueFamilyIndex=self.queue_family, queueCount=1, pQueuePriorities=priority
+            "VkDeviceQueueCreateInfo",
+            queueFamilyIndex=self.queue_family,
+            queueCount=1,
+            pQueuePriorities=priority,
         )
         v12 = info.api_version >= (1 << 22 | 2 << 12)
         v13 = info.api_version >= (1 << 22 | 3 << 12)
         wanted: list[str] = []
         if not v12:
-            wanted += ["VK_KHR_8bit_storage", "VK_KHR_shader_float16_int8", "VK_KHR_storage_buffer_storage_class"]
+            wanted += [
+                "VK_KHR_8bit_storage",
+                "VK_KHR_shader_float16_int8",
+                "VK_KHR_storage_buffer_storage_class",
+            ]
         if not v13:
             wanted += ["VK_EXT_pipeline_creation_feedback", "VK_KHR_shader_integer_dot_product"]
         wanted += ["VK_EXT_external_memory_host"]
@@ -150,7 +168,9 @@ class Device:
         if info.shader_int8:
             fi8 = keep.struct("VkPhysicalDeviceShaderFloat16Int8Features", shaderInt8=1)
         if info.integer_dot_product:
-            fdot = keep.struct("VkPhysicalDeviceShaderIntegerDotProductFeatures", shaderIntegerDotProduct=1)
+            fdot = keep.struct(
+                "VkPhysicalDeviceShaderIntegerDotProductFeatures", shaderIntegerDotProduct=1
+            )
         create = keep.struct(
             "VkDeviceCreateInfo",
             pNext=keep.chain(f8, fi8, fdot),
@@ -176,7 +196,11 @@ class Device:
         graphics = vkapi.flag("VK_QUEUE_GRAPHICS_BIT")
         families = [i for i in range(count[0]) if props[i].queueFlags & compute]
         if not families:
-            raise VulkanError("vkGetPhysicalDeviceQueueFamilyProperties", 0, f"{self.info.name} has no compute queue")
+            raise VulkanError(
+                "vkGetPhysicalDeviceQueueFamilyProperties",
+                0,
+                f"{self.info.name} has no compute queue",
+            )
         # Prefer a dedicated compute family (async compute on GPUs), else the first one.
         dedicated = [i for i in families if not props[i].queueFlags & graphics]
         index = (dedicated or families)[0]
@@ -191,11 +215,18 @@ class Device:
             queueFamilyIndex=self.queue_family,
         )
         out = ffi.new("VkCommandPool*")
-        vkapi.check(lib.vkCreateCommandPool(self.handle, pool_info, ffi.NULL, out), "vkCreateCommandPool")
+        vkapi.check(
+            lib.vkCreateCommandPool(self.handle, pool_info, ffi.NULL, out), "vkCreateCommandPool"
+        )
         self.command_pool = out[0]
         sizes = keep.new(
             "VkDescriptorPoolSize[]",
-            [{"type": vkapi.flag("VK_DESCRIPTOR_TYPE_STORAGE_BUFFER"), "descriptorCount": _MAX_SETS * 8}],
+            [
+                {
+                    "type": vkapi.flag("VK_DESCRIPTOR_TYPE_STORAGE_BUFFER"),
+                    "descriptorCount": _MAX_SETS * 8,
+                }
+            ],
         )
         desc_info = keep.struct(
             "VkDescriptorPoolCreateInfo",
@@ -205,7 +236,10 @@ class Device:
             pPoolSizes=sizes,
         )
         out2 = ffi.new("VkDescriptorPool*")
-        vkapi.check(lib.vkCreateDescriptorPool(self.handle, desc_info, ffi.NULL, out2), "vkCreateDescriptorPool")
+        vkapi.check(
+            lib.vkCreateDescriptorPool(self.handle, desc_info, ffi.NULL, out2),
+            "vkCreateDescriptorPool",
+        )
         self.descriptor_pool = out2[0]
 
     def _memory_types(self) -> list[tuple[int, int, int]]:
@@ -213,7 +247,11 @@ class Device:
         props = self.ffi.new("VkPhysicalDeviceMemoryProperties*")
         self.lib.vkGetPhysicalDeviceMemoryProperties(self.physical, props)
         return [
-            (i, props.memoryTypes[i].propertyFlags, props.memoryHeaps[props.memoryTypes[i].heapIndex].size)
+            (
+                i,
+                props.memoryTypes[i].propertyFlags,
+                props.memoryHeaps[props.memoryTypes[i].heapIndex].size,
+            )
             for i in range(props.memoryTypeCount)
         ]
 
@@ -256,7 +294,9 @@ class Device:
             self.check()
             pipe = self._pipelines.get(key)
             if pipe is None:
-                pipe = Pipeline(self, shader, dict(defines or {}), dict(spec or {}), buffers, push_size)
+                pipe = Pipeline(
+                    self, shader, dict(defines or {}), dict(spec or {}), buffers, push_size
+                )
                 self._pipelines[key] = pipe
             return pipe
 
@@ -395,8 +435,15 @@ def resolve(device: Device | None) -> Device:
     return device
 
 
+# Devices not closed yet: closed (and their pipeline caches saved) at interpreter exit,
+# while the interpreter still works; a finalizer at shutdown could not open files.
+_open_devices: weakref.WeakSet[Device] = weakref.WeakSet()
+
+
 @atexit.register
-def _close_default() -> None:
-    dev = _default
-    if dev is not None:
-        dev.close()
+def _close_open_devices() -> None:
+    for dev in list(_open_devices):
+        try:
+            dev.close()
+        except Exception as exc:  # noqa: BLE001 - keep closing the others
+            log.warning("closing %r at exit failed: %s", dev, exc)

@@ -147,9 +147,15 @@ class Instance:
     def _available_layers(self) -> set[str]:
         ffi, lib = self.ffi, self.lib
         count = ffi.new("uint32_t*")
-        vkapi.check(lib.vkEnumerateInstanceLayerProperties(count, ffi.NULL), "vkEnumerateInstanceLayerProperties")
+        vkapi.check(
+            lib.vkEnumerateInstanceLayerProperties(count, ffi.NULL),
+            "vkEnumerateInstanceLayerProperties",
+        )
         props = ffi.new("VkLayerProperties[]", count[0])
-        vkapi.check(lib.vkEnumerateInstanceLayerProperties(count, props), "vkEnumerateInstanceLayerProperties")
+        vkapi.check(
+            lib.vkEnumerateInstanceLayerProperties(count, props),
+            "vkEnumerateInstanceLayerProperties",
+        )
         return {ffi.string(props[i].layerName).decode() for i in range(count[0])}
 
     def _create(self) -> None:
@@ -201,9 +207,13 @@ class Instance:
         vkapi.check(result, "vkCreateInstance")
         self.handle = handle[0]
         if messenger_info is not None:
-            create = self.proc("vkCreateDebugUtilsMessengerEXT", "PFN_vkCreateDebugUtilsMessengerEXT")
+            create = self.proc(
+                "vkCreateDebugUtilsMessengerEXT", "PFN_vkCreateDebugUtilsMessengerEXT"
+            )
             out = ffi.new("VkDebugUtilsMessengerEXT*")
-            vkapi.check(create(self.handle, messenger_info, ffi.NULL, out), "vkCreateDebugUtilsMessengerEXT")
+            vkapi.check(
+                create(self.handle, messenger_info, ffi.NULL, out), "vkCreateDebugUtilsMessengerEXT"
+            )
             self.messenger = out[0]
 
     def _api_version(self) -> int:
@@ -260,16 +270,24 @@ class Instance:
     def physical_devices(self) -> list[Any]:
         ffi, lib = self.ffi, self.lib
         count = ffi.new("uint32_t*")
-        vkapi.check(lib.vkEnumeratePhysicalDevices(self.handle, count, ffi.NULL), "vkEnumeratePhysicalDevices")
+        vkapi.check(
+            lib.vkEnumeratePhysicalDevices(self.handle, count, ffi.NULL),
+            "vkEnumeratePhysicalDevices",
+        )
         handles = ffi.new("VkPhysicalDevice[]", count[0])
-        vkapi.check(lib.vkEnumeratePhysicalDevices(self.handle, count, handles), "vkEnumeratePhysicalDevices")
+        vkapi.check(
+            lib.vkEnumeratePhysicalDevices(self.handle, count, handles),
+            "vkEnumeratePhysicalDevices",
+        )
         return [handles[i] for i in range(count[0])]
 
     def destroy(self) -> None:
         if self.handle is None:
             return
         if self.messenger is not None:
-            destroy = self.proc("vkDestroyDebugUtilsMessengerEXT", "PFN_vkDestroyDebugUtilsMessengerEXT")
+            destroy = self.proc(
+                "vkDestroyDebugUtilsMessengerEXT", "PFN_vkDestroyDebugUtilsMessengerEXT"
+            )
             destroy(self.handle, self.messenger, self.ffi.NULL)
             self.messenger = None
         self.lib.vkDestroyInstance(self.handle, self.ffi.NULL)
@@ -341,8 +359,12 @@ def query_info(instance: Instance, physical: Any, index: int) -> DeviceInfo:
         pipeline_cache_uuid=bytes(ffi.buffer(p.pipelineCacheUUID)),
         device_uuid=bytes(ffi.buffer(ids.deviceUUID)),
         driver_id=driver.driverID if driver is not None else 0,
-        driver_name=ffi.string(driver.driverName).decode(errors="replace") if driver is not None else "",
-        driver_info=ffi.string(driver.driverInfo).decode(errors="replace") if driver is not None else "",
+        driver_name=ffi.string(driver.driverName).decode(errors="replace")
+        if driver is not None
+        else "",
+        driver_info=ffi.string(driver.driverInfo).decode(errors="replace")
+        if driver is not None
+        else "",
         subgroup_size=subgroup.subgroupSize,
         max_storage_buffer_range=limits.maxStorageBufferRange,
         max_memory_allocation_size=maint3.maxMemoryAllocationSize,
@@ -364,7 +386,9 @@ def query_info(instance: Instance, physical: Any, index: int) -> DeviceInfo:
             )
         ),
         external_memory_host=has_host,
-        min_imported_host_pointer_alignment=host.minImportedHostPointerAlignment if host is not None else 0,
+        min_imported_host_pointer_alignment=host.minImportedHostPointerAlignment
+        if host is not None
+        else 0,
         pipeline_creation_feedback=v13 or "VK_EXT_pipeline_creation_feedback" in exts,
         extensions=exts,
     )
@@ -387,8 +411,12 @@ def choose(infos: list[DeviceInfo], selector: str | int | None) -> DeviceInfo:
         idx = int(text)
         if idx < len(infos):
             return infos[idx]
-        raise ValueError(f"VKCORE_DEVICE/device index {idx} is out of range; devices are: {listing}")
+        raise ValueError(
+            f"VKCORE_DEVICE/device index {idx} is out of range; devices are: {listing}"
+        )
     matches = [i for i in infos if text.lower() in i.name.lower()]
     if not matches:
-        raise ValueError(f"VKCORE_DEVICE/device {text!r} matches no device name; devices are: {listing}")
+        raise ValueError(
+            f"VKCORE_DEVICE/device {text!r} matches no device name; devices are: {listing}"
+        )
     return matches[0]

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 # dtypes a Tensor can hold. Kernels check their own narrower sets.
 TENSOR_DTYPES = tuple(
-    np.dtype(t) for t in ("float32", "float16", "int8", "uint8", "int16", "uint16", "int32", "uint32")
+    np.dtype(t)
+    for t in ("float32", "float16", "int8", "uint8", "int16", "uint16", "int32", "uint32")
 )
 
 _DEVICE_LOCAL = 0x1
@@ -93,10 +94,14 @@ class Buffer:
         out = ffi.new("VkDeviceMemory*")
         vkapi.check(lib.vkAllocateMemory(dev.handle, info, ffi.NULL, out), "vkAllocateMemory")
         self.memory = out[0]
-        vkapi.check(lib.vkBindBufferMemory(dev.handle, self.handle, self.memory, 0), "vkBindBufferMemory")
+        vkapi.check(
+            lib.vkBindBufferMemory(dev.handle, self.handle, self.memory, 0), "vkBindBufferMemory"
+        )
         if mappable:
             ptr = ffi.new("void**")
-            vkapi.check(lib.vkMapMemory(dev.handle, self.memory, 0, self.nbytes, 0, ptr), "vkMapMemory")
+            vkapi.check(
+                lib.vkMapMemory(dev.handle, self.memory, 0, self.nbytes, 0, ptr), "vkMapMemory"
+            )
             self.mapped = np.frombuffer(ffi.buffer(ptr[0], self.nbytes), dtype=np.uint8)
 
     @property
@@ -206,7 +211,9 @@ class Tensor:
     ``reshape`` returns a Tensor sharing the same buffer.
     """
 
-    def __init__(self, buffer: Buffer | None, shape: tuple[int, ...], dtype: np.dtype, device: Device) -> None:
+    def __init__(
+        self, buffer: Buffer | None, shape: tuple[int, ...], dtype: np.dtype, device: Device
+    ) -> None:
         self.buffer = buffer
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
@@ -247,12 +254,15 @@ class Tensor:
 
     def reshape(self, *shape: int | tuple[int, ...]) -> Tensor:
         """The same data with another shape (one dimension may be -1)."""
-        dims = shape[0] if len(shape) == 1 and isinstance(shape[0], tuple) else shape
-        new = tuple(np.empty(self.shape, dtype=np.uint8).reshape(dims).shape)  # numpy's rules
+        dims: Any = shape[0] if len(shape) == 1 and isinstance(shape[0], tuple) else shape
+        new: tuple[int, ...] = (
+            np.empty(self.shape, dtype=np.uint8).reshape(dims).shape
+        )  # numpy's rules
         return Tensor(self.buffer, new, self.dtype, self.device)
 
     def __repr__(self) -> str:
-        return f"vkcore.Tensor(shape={self.shape}, dtype={self.dtype}, device={self.device.info.name!r})"
+        name = self.device.info.name
+        return f"vkcore.Tensor(shape={self.shape}, dtype={self.dtype}, device={name!r})"
 
     def __len__(self) -> int:
         if not self.shape:
@@ -274,7 +284,9 @@ def asarray(data: ArrayLike | Tensor, device: Device | None = None, dtype: Any =
     never modified; non-contiguous and negative-stride views are copied first.
     """
     if isinstance(data, Tensor):
-        if (device is None or data.device is device) and (dtype is None or np.dtype(dtype) == data.dtype):
+        if (device is None or data.device is device) and (
+            dtype is None or np.dtype(dtype) == data.dtype
+        ):
             return data
         data = data.numpy()
     dev = resolve(device)
@@ -337,7 +349,9 @@ class HostBuffer(Buffer):
         keep = vkapi.Keep()
         external = keep.struct("VkExternalMemoryBufferCreateInfo", handleTypes=_HOST_ALLOCATION)
         usage = vkapi.flag("VK_BUFFER_USAGE_STORAGE_BUFFER_BIT")
-        info = keep.struct("VkBufferCreateInfo", pNext=external, size=size, usage=usage, sharingMode=0)
+        info = keep.struct(
+            "VkBufferCreateInfo", pNext=external, size=size, usage=usage, sharingMode=0
+        )
         out = ffi.new("VkBuffer*")
         with device.lock:
             device.check()
@@ -357,21 +371,30 @@ class HostBuffer(Buffer):
         host_ptr = ffi.cast("void*", base)
         props = keep.struct("VkMemoryHostPointerPropertiesEXT")
         get_props = _host_pointer_properties(dev)
-        vkapi.check(get_props(dev.handle, _HOST_ALLOCATION, host_ptr, props), "vkGetMemoryHostPointerPropertiesEXT")
+        vkapi.check(
+            get_props(dev.handle, _HOST_ALLOCATION, host_ptr, props),
+            "vkGetMemoryHostPointerPropertiesEXT",
+        )
         req = ffi.new("VkMemoryRequirements*")
         lib.vkGetBufferMemoryRequirements(dev.handle, self.handle, req)
         bits = props.memoryTypeBits & req.memoryTypeBits
         if not bits:
-            raise VulkanError("vkGetMemoryHostPointerPropertiesEXT", 0, "no memory type can import this pointer")
+            raise VulkanError(
+                "vkGetMemoryHostPointerPropertiesEXT", 0, "no memory type can import this pointer"
+            )
         index = (bits & -bits).bit_length() - 1
         imported = keep.struct(
             "VkImportMemoryHostPointerInfoEXT", handleType=_HOST_ALLOCATION, pHostPointer=host_ptr
         )
-        info = keep.struct("VkMemoryAllocateInfo", pNext=imported, allocationSize=size, memoryTypeIndex=index)
+        info = keep.struct(
+            "VkMemoryAllocateInfo", pNext=imported, allocationSize=size, memoryTypeIndex=index
+        )
         out = ffi.new("VkDeviceMemory*")
         vkapi.check(lib.vkAllocateMemory(dev.handle, info, ffi.NULL, out), "vkAllocateMemory")
         self.memory = out[0]
-        vkapi.check(lib.vkBindBufferMemory(dev.handle, self.handle, self.memory, 0), "vkBindBufferMemory")
+        vkapi.check(
+            lib.vkBindBufferMemory(dev.handle, self.handle, self.memory, 0), "vkBindBufferMemory"
+        )
 
     def write(self, data: np.ndarray, offset: int = 0) -> None:
         raise TypeError("a HostBuffer is the numpy array itself: write to the array")
@@ -391,7 +414,9 @@ def _host_pointer_properties(device: Device) -> Any:
         ffi, lib = device.ffi, device.lib
         raw = lib.vkGetDeviceProcAddr(device.handle, b"vkGetMemoryHostPointerPropertiesEXT")
         if raw == ffi.NULL:
-            raise VulkanError("vkGetDeviceProcAddr", 0, "vkGetMemoryHostPointerPropertiesEXT is missing")
+            raise VulkanError(
+                "vkGetDeviceProcAddr", 0, "vkGetMemoryHostPointerPropertiesEXT is missing"
+            )
         fn = ffi.cast("PFN_vkGetMemoryHostPointerPropertiesEXT", raw)
         device._vkcore_host_pointer_fn = fn  # type: ignore[attr-defined]
     return fn
@@ -479,7 +504,10 @@ class BufferPool:
                 buf.destroy()
                 return
             self._free.append(buf)
-            while len(self._free) > self.max_buffers or sum(b.nbytes for b in self._free) > self.max_bytes:
+            while (
+                len(self._free) > self.max_buffers
+                or sum(b.nbytes for b in self._free) > self.max_bytes
+            ):
                 self._free.pop(0).destroy()
 
     def clear(self) -> None:

@@ -55,10 +55,14 @@ class Pipeline:
         start = time.perf_counter()
         words = keep.new("char[]", self.spirv.code)
         info = keep.struct(
-            "VkShaderModuleCreateInfo", codeSize=len(self.spirv.code), pCode=ffi.cast("uint32_t*", words)
+            "VkShaderModuleCreateInfo",
+            codeSize=len(self.spirv.code),
+            pCode=ffi.cast("uint32_t*", words),
         )
         out = ffi.new("VkShaderModule*")
-        vkapi.check(lib.vkCreateShaderModule(dev.handle, info, ffi.NULL, out), "vkCreateShaderModule")
+        vkapi.check(
+            lib.vkCreateShaderModule(dev.handle, info, ffi.NULL, out), "vkCreateShaderModule"
+        )
         self.module = out[0]
         self.module_seconds = time.perf_counter() - start
 
@@ -71,19 +75,29 @@ class Pipeline:
         bindings = keep.array(
             "VkDescriptorSetLayoutBinding",
             [
-                {"binding": i, "descriptorType": storage, "descriptorCount": 1, "stageFlags": compute}
+                {
+                    "binding": i,
+                    "descriptorType": storage,
+                    "descriptorCount": 1,
+                    "stageFlags": compute,
+                }
                 for i in range(self.buffers)
             ],
         )
-        set_info = keep.struct("VkDescriptorSetLayoutCreateInfo", bindingCount=self.buffers, pBindings=bindings)
+        set_info = keep.struct(
+            "VkDescriptorSetLayoutCreateInfo", bindingCount=self.buffers, pBindings=bindings
+        )
         out = ffi.new("VkDescriptorSetLayout*")
         vkapi.check(
-            lib.vkCreateDescriptorSetLayout(dev.handle, set_info, ffi.NULL, out), "vkCreateDescriptorSetLayout"
+            lib.vkCreateDescriptorSetLayout(dev.handle, set_info, ffi.NULL, out),
+            "vkCreateDescriptorSetLayout",
         )
         self.set_layout = out[0]
         ranges = ffi.NULL
         if self.push_size:
-            ranges = keep.new("VkPushConstantRange*", {"stageFlags": compute, "offset": 0, "size": self.push_size})
+            ranges = keep.new(
+                "VkPushConstantRange*", {"stageFlags": compute, "offset": 0, "size": self.push_size}
+            )
         layouts = keep.new("VkDescriptorSetLayout[]", [self.set_layout])
         info = keep.struct(
             "VkPipelineLayoutCreateInfo",
@@ -93,7 +107,9 @@ class Pipeline:
             pPushConstantRanges=ranges,
         )
         out2 = ffi.new("VkPipelineLayout*")
-        vkapi.check(lib.vkCreatePipelineLayout(dev.handle, info, ffi.NULL, out2), "vkCreatePipelineLayout")
+        vkapi.check(
+            lib.vkCreatePipelineLayout(dev.handle, info, ffi.NULL, out2), "vkCreatePipelineLayout"
+        )
         self.layout = out2[0]
 
     def _specialization(self, keep: vkapi.Keep) -> Any:
@@ -101,16 +117,24 @@ class Pipeline:
             return keep.ffi.NULL
         ids = sorted(self.spec)
         data = b"".join(
-            struct.pack("<f", self.spec[i]) if isinstance(self.spec[i], float) else struct.pack("<I", self.spec[i])
+            struct.pack("<f", self.spec[i])
+            if isinstance(self.spec[i], float)
+            else struct.pack("<I", self.spec[i])
             for i in ids
         )
         entries = keep.array(
-            "VkSpecializationMapEntry", [{"constantID": c, "offset": 4 * n, "size": 4} for n, c in enumerate(ids)]
+            "VkSpecializationMapEntry",
+            [{"constantID": c, "offset": 4 * n, "size": 4} for n, c in enumerate(ids)],
         )
         blob = keep.new("char[]", data)
         return keep.new(
             "VkSpecializationInfo*",
-            {"mapEntryCount": len(ids), "pMapEntries": entries, "dataSize": len(data), "pData": blob},
+            {
+                "mapEntryCount": len(ids),
+                "pMapEntries": entries,
+                "dataSize": len(data),
+                "pData": blob,
+            },
         )
 
     def _create_pipeline(self) -> None:

@@ -19,7 +19,11 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     m = finite_or_neg.max(axis=-1, keepdims=True, initial=-np.inf)
     all_masked = np.isneginf(m)
     with np.errstate(invalid="ignore", over="ignore"):
-        e = np.where(np.isneginf(finite_or_neg) | all_masked, 0.0, np.exp(finite_or_neg - np.where(all_masked, 0, m)))
+        e = np.where(
+            np.isneginf(finite_or_neg) | all_masked,
+            0.0,
+            np.exp(finite_or_neg - np.where(all_masked, 0, m)),
+        )
         s = e.sum(axis=-1, keepdims=True)
         p = np.where(all_masked, 0.0, e / np.where(s == 0, 1.0, s))
     p = np.where(bad, np.nan, p)

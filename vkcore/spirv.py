@@ -182,13 +182,19 @@ def compile_glsl(name: str, defines: dict[str, int | str]) -> bytes:
         cmd += ["-o", str(out), str(root / name)]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            raise RuntimeError(f"glslangValidator failed on {name} {defines}:\n{proc.stdout}{proc.stderr}")
+            raise RuntimeError(
+                f"glslangValidator failed on {name} {defines}:\n{proc.stdout}{proc.stderr}"
+            )
         code = out.read_bytes()
         val = shutil.which("spirv-val")
         if val is not None:
-            proc = subprocess.run([val, "--target-env", TARGET_ENV, str(out)], capture_output=True, text=True)
+            proc = subprocess.run(
+                [val, "--target-env", TARGET_ENV, str(out)], capture_output=True, text=True
+            )
             if proc.returncode != 0:
-                raise RuntimeError(f"spirv-val rejected {name} {defines}:\n{proc.stdout}{proc.stderr}")
+                raise RuntimeError(
+                    f"spirv-val rejected {name} {defines}:\n{proc.stdout}{proc.stderr}"
+                )
     return code
 
 

@@ -96,7 +96,9 @@ class Keep:
 
 # Names whose digits the word split below gets wrong.
 _STYPE_NAMES = {
-    "VkPhysicalDevice8BitStorageFeatures": "VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_8BIT_STORAGE_FEATURES",
+    "VkPhysicalDevice8BitStorageFeatures": (
+        "VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_8BIT_STORAGE_FEATURES"
+    ),
     "VkPhysicalDeviceShaderFloat16Int8Features": (
         "VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES"
     ),

@@ -27,7 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"vkcore {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logging")
-    parser.add_argument("--device", default=None, help="device index or name substring (default: $VKCORE_DEVICE)")
+    parser.add_argument(
+        "--device", default=None, help="device index or name substring (default: $VKCORE_DEVICE)"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
         importlib.import_module(f"{__name__}.{name}").register(sub)
@@ -38,7 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
-        level=logging.DEBUG if args.debug else logging.WARNING, format="vkcore: %(levelname)s: %(message)s"
+        level=logging.DEBUG if args.debug else logging.WARNING,
+        format="vkcore: %(levelname)s: %(message)s",
     )
     if not getattr(args, "func", None):
         parser.print_help()

@@ -16,7 +16,9 @@ SEED_EXPECTED = [0.09003057317038046, 0.24472847105479764, 0.6652409557748218]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="run the kernels on the default device and check them against numpy")
+    p = sub.add_parser(
+        "demo", help="run the kernels on the default device and check them against numpy"
+    )
     p.add_argument("--rows", type=int, default=256, help="rows of the random softmax batch")
     p.add_argument("--cols", type=int, default=4096, help="row length of the random softmax batch")
     p.set_defaults(func=run)
@@ -42,7 +44,10 @@ def _softmax_demo(dev: Device, rows: int, cols: int) -> bool:
         good = err <= 1e-7
         ok &= good
         probs = ", ".join(f"{v:.8f}" for v in got)
-        print(f"  {algorithm:<6} [{probs}]  max |err| vs expected = {err:.1e}  {'ok' if good else 'FAIL'}")
+        print(
+            f"  {algorithm:<6} [{probs}]  max |err| vs expected = {err:.1e}  "
+            f"{'ok' if good else 'FAIL'}"
+        )
     print(f"  expected [{', '.join(f'{v:.8f}' for v in SEED_EXPECTED)}]")
 
     rng = np.random.default_rng(0)
@@ -66,7 +71,8 @@ def _softmax_demo(dev: Device, rows: int, cols: int) -> bool:
         kernel_txt = f"{kernel * 1e3:.2f} ms kernel, " if kernel is not None else ""
         print(
             f"  {algorithm:<6} max |err| {err:.1e}, max |row sum - 1| {row_err:.1e}, "
-            f"{kernel_txt}{wall_ms:.2f} ms end to end (numpy {numpy_ms:.2f} ms)  {'ok' if good else 'FAIL'}"
+            f"{kernel_txt}{wall_ms:.2f} ms end to end (numpy {numpy_ms:.2f} ms)  "
+            f"{'ok' if good else 'FAIL'}"
         )
     return ok
 

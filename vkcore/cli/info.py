@@ -21,12 +21,23 @@ def run(args: argparse.Namespace) -> int:
         chosen = dev.info
         extensions = dev.enabled_extensions
     if args.json:
-        print(json.dumps({"devices": [i.to_dict() for i in infos], "chosen": chosen.to_dict(),
-                          "enabled_extensions": extensions}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "devices": [i.to_dict() for i in infos],
+                    "chosen": chosen.to_dict(),
+                    "enabled_extensions": extensions,
+                },
+                indent=2,
+            )
+        )
         return 0
     for info in infos:
         mark = "*" if info.index == chosen.index else " "
-        print(f"{mark} {info.index}: {info.name} ({info.device_type}, {info.driver_name} {info.driver_info})")
+        print(
+            f"{mark} {info.index}: {info.name} "
+            f"({info.device_type}, {info.driver_name} {info.driver_info})"
+        )
     print()
     _describe(chosen)
     return 0

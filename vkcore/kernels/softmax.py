@@ -147,7 +147,9 @@ def _dispatches(
     return steps
 
 
-def softmax(x: Any, axis: int = -1, *, algorithm: str = "online", device: Device | None = None) -> Any:
+def softmax(
+    x: Any, axis: int = -1, *, algorithm: str = "online", device: Device | None = None
+) -> Any:
     """Softmax of ``x`` along ``axis``; numpy in, numpy out (Tensor in, Tensor out).
 
     ``algorithm`` is ``"online"`` (running max and sum in one pass, then a write pass) or
