@@ -11,11 +11,15 @@
 // MODE 4: row sums:             V_i = sum_j (Q_ij - z_i), stored in `rowsum`.
 //
 // A workgroup computes ROWS consecutive rows; its invocations stride over the row's
-// 16-element blocks, loading each activation block once for all ROWS rows. Integer
+// 16-element blocks, loading each activation block once for all ROWS rows (lavapipe loads
+// memory lane by lane, so rows per activation load is what pays). Each row keeps one scalar
+// accumulator per invocation (a vec4 one per row spills registers at ROWS = 16), and the
+// row loops are unrolled so that those accumulators stay in registers. Integer
 // results are exact as long as the true value fits in int32 (wrap-around arithmetic);
 // the host refuses shapes where it might not.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_control_flow_attributes : require
 
 layout(local_size_x_id = 0) in;
 
@@ -52,11 +56,13 @@ layout(push_constant) uniform Push {
 } pc;
 
 #if MODE == 0 || MODE == 3
-#define ACC_T vec4
-#define ZERO vec4(0.0)
+#define ACC_T float
+#define ZERO 0.0
+#define SUM4(v) (((v).x + (v).y) + ((v).z + (v).w))
 #else
-#define ACC_T ivec4
-#define ZERO ivec4(0)
+#define ACC_T int
+#define ZERO 0
+#define SUM4(v) (((v).x + (v).y) + ((v).z + (v).w))
 #endif
 
 shared ACC_T sh_acc[ROWS][gl_WorkGroupSize.x];
@@ -110,7 +116,7 @@ void main() {
     uint stride = gl_WorkGroupSize.x;
     int z[ROWS];
     ACC_T acc[ROWS];
-    for (int r = 0; r < ROWS; ++r) {
+    [[unroll]] for (int r = 0; r < ROWS; ++r) {
         uint lr = min(first + uint(r), pc.rows - 1u);  // rows past the end redo the last one
         z[r] = zero_point[group_of(pc.row0 + lr)];
         acc[r] = ZERO;
@@ -126,21 +132,21 @@ void main() {
         uvec4 a = qx[b];
         ivec4 a0 = acts4(a.x), a1 = acts4(a.y), a2 = acts4(a.z), a3 = acts4(a.w);
 #endif
-        for (int r = 0; r < ROWS; ++r) {
+        [[unroll]] for (int r = 0; r < ROWS; ++r) {
             uint lr = min(first + uint(r), pc.rows - 1u);
 #if MODE == 3
             uint base = (lr * pc.blocks + b) * 4u;
-            acc[r] += wf[base] * x0 + wf[base + 1u] * x1 + wf[base + 2u] * x2 + wf[base + 3u] * x3;
+            acc[r] += SUM4(wf[base] * x0 + wf[base + 1u] * x1 + wf[base + 2u] * x2 + wf[base + 3u] * x3);
 #else
             uvec4 w = wq[lr * pc.blocks + b];
 #if MODE == 0
-            acc[r] += vec4(weights4(w.x, z[r])) * x0 + vec4(weights4(w.y, z[r])) * x1
-                    + vec4(weights4(w.z, z[r])) * x2 + vec4(weights4(w.w, z[r])) * x3;
+            acc[r] += SUM4(vec4(weights4(w.x, z[r])) * x0 + vec4(weights4(w.y, z[r])) * x1
+                         + vec4(weights4(w.z, z[r])) * x2 + vec4(weights4(w.w, z[r])) * x3);
 #elif MODE == 4
-            acc[r] += weights4(w.x, z[r]) + weights4(w.y, z[r]) + weights4(w.z, z[r]) + weights4(w.w, z[r]);
+            acc[r] += SUM4(weights4(w.x, z[r]) + weights4(w.y, z[r]) + weights4(w.z, z[r]) + weights4(w.w, z[r]));
 #else
-            acc[r] += weights4(w.x, z[r]) * a0 + weights4(w.y, z[r]) * a1 + weights4(w.z, z[r]) * a2
-                    + weights4(w.w, z[r]) * a3;
+            acc[r] += SUM4(weights4(w.x, z[r]) * a0 + weights4(w.y, z[r]) * a1 + weights4(w.z, z[r]) * a2
+                         + weights4(w.w, z[r]) * a3);
 #endif
 #endif
         }
@@ -150,7 +156,7 @@ void main() {
     if (full < pc.blocks && lane == full % stride) {
         for (uint j = full * 16u; j < pc.n; ++j) {
             float xj = xs[j];
-            for (int r = 0; r < ROWS; ++r) {
+            [[unroll]] for (int r = 0; r < ROWS; ++r) {
                 uint lr = min(first + uint(r), pc.rows - 1u);
 #if MODE == 3
                 float wj = wf[(lr * pc.blocks * 16u + j) / 4u][j % 4u];
@@ -158,7 +164,7 @@ void main() {
                 uint word = wq[lr * pc.blocks + j / 16u][(j / 4u) % 4u];
                 float wj = float(weights4(word, z[r])[j % 4u]);
 #endif
-                acc[r].x += wj * xj;
+                acc[r] += wj * xj;
             }
         }
     }
@@ -170,16 +176,15 @@ void main() {
         uint row = pc.row0 + lr;
         float b = pc.has_bias != 0u ? bias[row] : 0.0;
 #if MODE == 0
-        precise float dotv = (t.x + t.y) + (t.z + t.w);
-        precise float out_v = scale[group_of(row)] * dotv + b;
+        precise float out_v = scale[group_of(row)] * t + b;
         y[row] = out_v;
 #elif MODE == 3
-        precise float out_v = ((t.x + t.y) + (t.z + t.w)) + b;
+        precise float out_v = t + b;
         y[row] = out_v;
 #elif MODE == 4
-        rowsum[row] = (t.x + t.y) + (t.z + t.w);
+        rowsum[row] = t;
 #else
-        int total = (t.x + t.y) + (t.z + t.w);
+        int total = t;
 #if MODE == 2
         total -= z_x * rowsum[row];
 #endif

@@ -52,7 +52,7 @@ from .quant import (
 ACTIVATIONS = ("float", "int8", "uint8")
 MODES = {"float": 0, "int8": 1, "uint8": 2}
 MODE_F32, MODE_ROWSUM = 3, 4
-ROWS = 8  # rows per workgroup: each activation block loaded serves 8 rows
+ROWS = 16  # rows per workgroup: each activation block loaded serves 16 rows
 ACC_LIMIT = 2**31 - 1
 ACT_MAX = {"int8": 127, "uint8": 255}
 ACT_INV = {"int8": np.float32(1 / 127), "uint8": np.float32(1 / 255)}
