@@ -40,10 +40,7 @@ layout(push_constant) uniform Push {
     uint block0;        // first block (of 16 columns) of this dispatch
 } pc;
 
-void main() {
-    uint block = pc.block0 + gl_GlobalInvocationID.x;
-    uint r = gl_GlobalInvocationID.y;
-    if (block >= pc.row_blocks || r >= pc.rows) return;
+void quantize_block(uint block, uint r) {
     Group g = groups[(pc.group_row0 + r) * pc.group_stride];
     float inv = 1.0 / g.s_norm;  // only for candidates: the exact check corrects them
     float s_hi = uintBitsToFloat(floatBitsToUint(g.s_norm) & 0xfffff000u);
@@ -70,4 +67,12 @@ void main() {
         packed[i / 4u] |= (uint(q) & 0xffu) << (8u * (i % 4u));
     }
     q4[(pc.q_row0 + r) * pc.row_blocks + block] = packed;
+}
+
+void main() {
+    uint block = pc.block0 + gl_GlobalInvocationID.x;
+    if (block >= pc.row_blocks) return;
+    uint r_end = min(pc.rows, (gl_WorkGroupID.y + 1u) * ROWS);
+    // Several rows per invocation: lavapipe pays a fixed cost per workgroup.
+    for (uint r = gl_WorkGroupID.y * ROWS; r < r_end; ++r) quantize_block(block, r);
 }

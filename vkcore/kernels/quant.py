@@ -39,11 +39,12 @@ from ..memory import Buffer, HostBuffer, Tensor, buffer_pool, can_import_host
 from . import _common as c
 
 WORKGROUP = 64
+QUANT_ROWS = 8  # rows per quantize invocation: lavapipe pays a fixed cost per workgroup
 IMPORT_MIN_BYTES = 1 << 20  # smaller weights are copied: importing costs more than it saves
 BLOCK = 16  # bytes per stored block of a row
 _TINY = np.float32(np.finfo(np.float32).tiny)
 _SMALLEST = np.float32(2.0**-149)
-spirv.register_variants("quantize.comp", [{"VEC": 1}, {"VEC": 0}])
+spirv.register_variants("quantize.comp", [{"VEC": v, "ROWS": QUANT_ROWS} for v in (1, 0)])
 spirv.register_variants("dequantize.comp", [{}])
 _PARAMS = np.dtype([("s_norm", "<f4"), ("f1", "<f4"), ("f2", "<f4"), ("z", "<i4")])
 
@@ -341,7 +342,7 @@ class _QuantizeJob:
             for vec, block0, count_x in parts:
                 if count_x:
                     pipe = _quantize_pipeline(dev, vec)
-                    groups = (column_groups(dev, count_x), count, 1)
+                    groups = (column_groups(dev, count_x), c.ceil_div(count, QUANT_ROWS), 1)
                     push = head + c.pack_u32(block0)
                     steps.append(Dispatch(pipe, (src, ch.buffer, self.params), push, groups))
         dev.submitter.run(steps)
@@ -349,7 +350,11 @@ class _QuantizeJob:
 
 def _quantize_pipeline(dev: Device, vec: int) -> Any:
     return dev.pipeline(
-        "quantize.comp", defines={"VEC": vec}, spec={0: WORKGROUP}, buffers=3, push_size=40
+        "quantize.comp",
+        defines={"VEC": vec, "ROWS": QUANT_ROWS},
+        spec={0: WORKGROUP},
+        buffers=3,
+        push_size=40,
     )
 
 
