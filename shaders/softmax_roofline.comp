@@ -5,7 +5,14 @@
 // by its device time; no softmax pass over the same data can beat it.
 layout(local_size_x_id = 0) in;
 
+#if TEXEL
+#extension GL_EXT_samplerless_texture_functions : require
+layout(binding = 0) uniform textureBuffer x_texels;  // as the softmax kernels read x
+#define X(i) texelFetch(x_texels, int(i))
+#else
 layout(std430, binding = 0) readonly buffer X { vec4 x[]; };
+#define X(i) x[i]
+#endif
 layout(std430, binding = 1) writeonly buffer Y { vec4 y[]; };
 
 layout(push_constant) uniform Push {
@@ -16,5 +23,5 @@ layout(push_constant) uniform Push {
 void main() {
     uint begin = gl_WorkGroupID.x * pc.chunk;
     uint end = min(begin + pc.chunk, pc.n);
-    for (uint i = begin + gl_LocalInvocationID.x; i < end; i += gl_WorkGroupSize.x) y[i] = x[i];
+    for (uint i = begin + gl_LocalInvocationID.x; i < end; i += gl_WorkGroupSize.x) y[i] = X(i);
 }

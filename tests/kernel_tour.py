@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 from collections.abc import Callable
@@ -111,8 +112,19 @@ def tour(device: vkcore.Device) -> list[str]:
     """Run every kernel check on ``device``; returns their names, raises AssertionError."""
     rng = np.random.default_rng(7)
     done: list[str] = []
-    for step in TOURS:
-        done += step(device, rng)
+    saved = os.environ.get("VKCORE_TEXEL")
+    try:
+        # Kernels read through texel buffers where the device allows it, else through
+        # storage buffers (VKCORE_TEXEL=0 forces that): both kinds of variant must run.
+        for texel in ("1", "0"):
+            os.environ["VKCORE_TEXEL"] = texel
+            for step in TOURS:
+                done += [f"{case} [texel={texel}]" for case in step(device, rng)]
+    finally:
+        if saved is None:
+            os.environ.pop("VKCORE_TEXEL", None)
+        else:
+            os.environ["VKCORE_TEXEL"] = saved
     return done
 
 

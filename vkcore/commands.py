@@ -275,23 +275,24 @@ class Submitter:
         sets = [out[i] for i in range(len(dispatches))]
         self.live_descriptor_sets += len(sets)
         writes = []
-        storage = vkapi.flag("VK_DESCRIPTOR_TYPE_STORAGE_BUFFER")
         for dset, d in zip(sets, dispatches, strict=True):
             for binding, buf in enumerate(d.buffers):
-                binfo = keep.new(
-                    "VkDescriptorBufferInfo*",
-                    {"buffer": buf.handle, "offset": 0, "range": buf.nbytes},
-                )
-                writes.append(
-                    {
-                        "sType": vkapi.structure_type("VkWriteDescriptorSet"),
-                        "dstSet": dset,
-                        "dstBinding": binding,
-                        "descriptorCount": 1,
-                        "descriptorType": storage,
-                        "pBufferInfo": binfo,
-                    }
-                )
+                write = {
+                    "sType": vkapi.structure_type("VkWriteDescriptorSet"),
+                    "dstSet": dset,
+                    "dstBinding": binding,
+                    "descriptorCount": 1,
+                    "descriptorType": d.pipeline.descriptor_type(binding),
+                }
+                fmt = d.pipeline.texel.get(binding)
+                if fmt is None:
+                    write["pBufferInfo"] = keep.new(
+                        "VkDescriptorBufferInfo*",
+                        {"buffer": buf.handle, "offset": 0, "range": buf.nbytes},
+                    )
+                else:
+                    write["pTexelBufferView"] = keep.new("VkBufferView[1]", [buf.view(fmt)])
+                writes.append(write)
         if writes:
             arr = keep.new("VkWriteDescriptorSet[]", writes)
             lib.vkUpdateDescriptorSets(dev.handle, len(writes), arr, 0, ffi.NULL)

@@ -8,6 +8,8 @@
 ``VKCORE_SPIRV_CACHE``      ``0`` disables the on-disk SPIR-V cache
 ``VKCORE_FORCE_STAGING``    ``1`` uses device-local memory plus a staging buffer even where
                             host-visible device memory exists (tests the discrete-GPU path)
+``VKCORE_TEXEL``            ``0`` reads kernel inputs through storage buffers instead of
+                            uniform texel buffers (the faster path on lavapipe)
 ==========================  ==============================================================
 
 ``VKCORE_PIPELINE_CACHE_MAX_BYTES`` caps the size of a pipeline-cache file that is read

@@ -225,14 +225,18 @@ class Device:
                 {
                     "type": vkapi.flag("VK_DESCRIPTOR_TYPE_STORAGE_BUFFER"),
                     "descriptorCount": _MAX_SETS * 8,
-                }
+                },
+                {
+                    "type": vkapi.flag("VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER"),
+                    "descriptorCount": _MAX_SETS * 4,
+                },
             ],
         )
         desc_info = keep.struct(
             "VkDescriptorPoolCreateInfo",
             flags=vkapi.flag("VK_DESCRIPTOR_POOL_CREATE_FREE_DESCRIPTOR_SET_BIT"),
             maxSets=_MAX_SETS,
-            poolSizeCount=1,
+            poolSizeCount=2,
             pPoolSizes=sizes,
         )
         out2 = ffi.new("VkDescriptorPool*")
@@ -279,8 +283,13 @@ class Device:
         spec: Mapping[int, int | float] | None = None,
         buffers: int,
         push_size: int,
+        texel: Mapping[int, str] | None = None,
     ) -> Pipeline:
-        """The compute pipeline for a shader variant, created once through the pipeline cache."""
+        """The compute pipeline for a shader variant, created once through the pipeline cache.
+
+        ``texel`` maps bindings read as uniform texel buffers to their format (a name of
+        ``instance.TEXEL_FORMATS`` the device supports: see ``info.texel_formats``).
+        """
         from .pipeline import Pipeline
 
         key = (
@@ -289,13 +298,20 @@ class Device:
             tuple(sorted((spec or {}).items())),
             buffers,
             push_size,
+            tuple(sorted((texel or {}).items())),
         )
         with self.lock:
             self.check()
             pipe = self._pipelines.get(key)
             if pipe is None:
                 pipe = Pipeline(
-                    self, shader, dict(defines or {}), dict(spec or {}), buffers, push_size
+                    self,
+                    shader,
+                    dict(defines or {}),
+                    dict(spec or {}),
+                    buffers,
+                    push_size,
+                    dict(texel or {}),
                 )
                 self._pipelines[key] = pipe
             return pipe

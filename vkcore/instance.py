@@ -94,6 +94,9 @@ class DeviceInfo:
     min_imported_host_pointer_alignment: int
     pipeline_creation_feedback: bool
     extensions: frozenset[str] = field(repr=False)
+    max_texel_buffer_elements: int = 0
+    # Formats (names of TEXEL_FORMATS) this device can read as uniform texel buffers.
+    texel_formats: frozenset[str] = frozenset()
 
     @property
     def is_cpu(self) -> bool:
@@ -117,6 +120,7 @@ class DeviceInfo:
         d["pipeline_cache_uuid"] = self.pipeline_cache_uuid.hex()
         d["device_uuid"] = self.device_uuid.hex()
         d["extensions"] = sorted(self.extensions)
+        d["texel_formats"] = sorted(self.texel_formats)
         d["vendor_id_hex"] = f"0x{self.vendor_id:04x}"
         d["device_id_hex"] = f"0x{self.device_id:04x}"
         d["api_version_string"] = version_string(self.api_version)
@@ -391,7 +395,26 @@ def query_info(instance: Instance, physical: Any, index: int) -> DeviceInfo:
         else 0,
         pipeline_creation_feedback=v13 or "VK_EXT_pipeline_creation_feedback" in exts,
         extensions=exts,
+        max_texel_buffer_elements=limits.maxTexelBufferElements,
+        texel_formats=_uniform_texel_formats(ffi, lib, physical),
     )
+
+
+# Texel-buffer formats kernels may read through (GLSL format name -> VkFormat). Reading
+# through a uniform texel buffer takes the driver's texture path; on lavapipe that path
+# is vectorized, while storage-buffer loads run one SIMD lane at a time.
+TEXEL_FORMATS = {"r32f": 100, "rgba32f": 109, "r32ui": 98, "rgba32ui": 107}
+_UNIFORM_TEXEL_BUFFER_FEATURE = 0x8
+
+
+def _uniform_texel_formats(ffi: Any, lib: Any, physical: Any) -> frozenset[str]:
+    props = ffi.new("VkFormatProperties*")
+    found = set()
+    for name, fmt in TEXEL_FORMATS.items():
+        lib.vkGetPhysicalDeviceFormatProperties(physical, fmt, props)
+        if props.bufferFeatures & _UNIFORM_TEXEL_BUFFER_FEATURE:
+            found.add(name)
+    return frozenset(found)
 
 
 def rank(info: DeviceInfo) -> tuple[int, int]:

@@ -43,8 +43,18 @@ def _check_allocation(device: Device, nbytes: int, name: str) -> None:
         )
 
 
+# Every buffer can be bound as a storage buffer and read through a uniform texel buffer.
+_USAGE = 0x20 | 0x4  # VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | UNIFORM_TEXEL_BUFFER_BIT
+
+
 class Buffer:
-    """One VkBuffer bound to its own VkDeviceMemory (storage + transfer usage)."""
+    """One VkBuffer bound to its own VkDeviceMemory (storage + transfer usage).
+
+    ``view(format)`` gives a VkBufferView over the whole buffer for texel-buffer reads;
+    views are created once and destroyed with the buffer.
+    """
+
+    _views: dict[str, Any] | None = None
 
     # True for long-lived buffers (pooled, placeholders): the submitter may keep a recorded
     # command buffer that references them, dropped when the buffer is destroyed.
@@ -64,11 +74,8 @@ class Buffer:
         self._lock = threading.Lock()
         ffi, lib = device.ffi, device.lib
         keep = vkapi.Keep()
-        usage = (
-            vkapi.flag("VK_BUFFER_USAGE_STORAGE_BUFFER_BIT")
-            | vkapi.flag("VK_BUFFER_USAGE_TRANSFER_SRC_BIT")
-            | vkapi.flag("VK_BUFFER_USAGE_TRANSFER_DST_BIT")
-        )
+        usage = _USAGE | vkapi.flag("VK_BUFFER_USAGE_TRANSFER_SRC_BIT")
+        usage |= vkapi.flag("VK_BUFFER_USAGE_TRANSFER_DST_BIT")
         info = keep.struct("VkBufferCreateInfo", size=nbytes, usage=usage, sharingMode=0)
         out = ffi.new("VkBuffer*")
         with device.lock:
@@ -107,6 +114,38 @@ class Buffer:
     @property
     def alive(self) -> bool:
         return self.handle is not None
+
+    def view(self, fmt: str) -> Any:
+        """A VkBufferView of the whole buffer in texel format ``fmt`` (see TEXEL_FORMATS)."""
+        from .instance import TEXEL_FORMATS
+
+        views = self._views if self._views is not None else {}
+        self._views = views
+        handle = views.get(fmt)
+        if handle is None:
+            dev = self.device
+            size = 16 if "rgba" in fmt else 4
+            texels = min(self.nbytes // size, dev.info.max_texel_buffer_elements)
+            keep = vkapi.Keep()
+            info = keep.struct(
+                "VkBufferViewCreateInfo",
+                buffer=self.handle,
+                format=TEXEL_FORMATS[fmt],
+                offset=0,
+                range=texels * size,
+            )
+            out = dev.ffi.new("VkBufferView*")
+            vkapi.check(
+                dev.lib.vkCreateBufferView(dev.handle, info, dev.ffi.NULL, out), "vkCreateBufferView"
+            )
+            handle = views[fmt] = out[0]
+        return handle
+
+    def _destroy_views(self) -> None:
+        dev = self.device
+        for handle in (self._views or {}).values():
+            dev.lib.vkDestroyBufferView(dev.handle, handle, dev.ffi.NULL)
+        self._views = None
 
     def write(self, data: np.ndarray, offset: int = 0) -> None:
         """Copy a C-contiguous array into the buffer at ``offset`` bytes."""
@@ -160,6 +199,7 @@ class Buffer:
             dev.forget_buffer(self)
             if dev.handle is not None:
                 self.mapped = None
+                self._destroy_views()
                 if self.memory is not None:
                     lib.vkFreeMemory(dev.handle, self.memory, ffi.NULL)
                 lib.vkDestroyBuffer(dev.handle, self.handle, ffi.NULL)
@@ -348,9 +388,8 @@ class HostBuffer(Buffer):
         ffi, lib = device.ffi, device.lib
         keep = vkapi.Keep()
         external = keep.struct("VkExternalMemoryBufferCreateInfo", handleTypes=_HOST_ALLOCATION)
-        usage = vkapi.flag("VK_BUFFER_USAGE_STORAGE_BUFFER_BIT")
         info = keep.struct(
-            "VkBufferCreateInfo", pNext=external, size=size, usage=usage, sharingMode=0
+            "VkBufferCreateInfo", pNext=external, size=size, usage=_USAGE, sharingMode=0
         )
         out = ffi.new("VkBuffer*")
         with device.lock:
@@ -465,12 +504,7 @@ class BufferPool:
         when destroyed or collected, gives its memory back to this pool (already touched
         pages: no page faults on the next output of that size) rather than freeing it."""
         with self.device.lock:
-            buf = self.acquire(nbytes)
-            lent = Buffer.__new__(Buffer)
-            lent.device, lent.nbytes, lent._lock = self.device, buf.nbytes, threading.Lock()
-            lent.handle, lent.memory, lent.mapped = buf.handle, buf.memory, buf.mapped
-            self._disown(buf)
-            self.device.register_buffer(lent)
+            lent = self._adopt(self.acquire(nbytes))
             lent._return_to = self
             return lent
 
@@ -480,14 +514,21 @@ class BufferPool:
         dev = self.device
         if dev.closed or dev.handle is None or lent.nbytes > self.max_bytes:
             return False
-        back = Buffer.__new__(Buffer)
-        back.device, back.nbytes, back._lock = dev, lent.nbytes, threading.Lock()
-        back.handle, back.memory, back.mapped = lent.handle, lent.memory, lent.mapped
+        back = self._adopt(lent)
         back.reusable = True
-        self._disown(lent)
-        dev.register_buffer(back)
         self.release(back)
         return True
+
+    def _adopt(self, old: Buffer) -> Buffer:
+        """A new Buffer object that takes over ``old``'s Vulkan objects (memory, mapping,
+        texel views); ``old`` is forgotten and no longer refers to them."""
+        new = Buffer.__new__(Buffer)
+        new.device, new.nbytes, new._lock = self.device, old.nbytes, threading.Lock()
+        new.handle, new.memory, new.mapped = old.handle, old.memory, old.mapped
+        new._views, old._views = old._views, None
+        self._disown(old)
+        self.device.register_buffer(new)
+        return new
 
     def _disown(self, buf: Buffer) -> None:
         """Forget ``buf`` as an object (its Vulkan handles now belong to another one)."""

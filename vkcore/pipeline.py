@@ -1,7 +1,9 @@
 """Compute pipelines: shader module, descriptor-set layout, pipeline layout, pipeline.
 
-Every shader binds ``buffers`` storage buffers at bindings 0..buffers-1 of set 0 and
-takes ``push_size`` bytes of push constants. Specialization constant 0 is the
+Every shader binds ``buffers`` buffers at bindings 0..buffers-1 of set 0 and takes
+``push_size`` bytes of push constants. A binding is a storage buffer unless ``texel`` maps
+it to a texel format, in which case the shader reads it as a uniform texel buffer
+(``textureBuffer``/``utextureBuffer`` with ``texelFetch``) through a view of the whole buffer. Specialization constant 0 is the
 workgroup size (``local_size_x_id = 0``); others are shader-specific. Creation always
 goes through the device's VkPipelineCache, with creation feedback when available.
 """
@@ -17,6 +19,8 @@ from . import spirv, vkapi
 if TYPE_CHECKING:
     from .device import Device
 
+_STORAGE_BUFFER = 7
+_UNIFORM_TEXEL_BUFFER = 4
 _FEEDBACK_VALID = 0x1
 _FEEDBACK_CACHE_HIT = 0x2
 
@@ -32,10 +36,12 @@ class Pipeline:
         spec: dict[int, int | float],
         buffers: int,
         push_size: int,
+        texel: dict[int, str] | None = None,
     ) -> None:
         self.device = device
         self.name = shader + "".join(f" {k}={v}" for k, v in sorted(defines.items()))
         self.buffers = buffers
+        self.texel = dict(texel or {})
         self.push_size = push_size
         self.spec = dict(spec)
         self.module = self.set_layout = self.layout = self.handle = None
@@ -47,6 +53,10 @@ class Pipeline:
         except BaseException:
             self.destroy()
             raise
+
+    def descriptor_type(self, binding: int) -> int:
+        """VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER for texel bindings, else STORAGE_BUFFER."""
+        return _UNIFORM_TEXEL_BUFFER if binding in self.texel else _STORAGE_BUFFER
 
     def _create_module(self) -> None:
         dev = self.device
@@ -71,13 +81,12 @@ class Pipeline:
         ffi, lib = dev.ffi, dev.lib
         keep = vkapi.Keep()
         compute = vkapi.flag("VK_SHADER_STAGE_COMPUTE_BIT")
-        storage = vkapi.flag("VK_DESCRIPTOR_TYPE_STORAGE_BUFFER")
         bindings = keep.array(
             "VkDescriptorSetLayoutBinding",
             [
                 {
                     "binding": i,
-                    "descriptorType": storage,
+                    "descriptorType": self.descriptor_type(i),
                     "descriptorCount": 1,
                     "stageFlags": compute,
                 }

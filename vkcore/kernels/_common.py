@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import config
 from ..device import Device, per_device_map
 from ..memory import Buffer, Tensor
 
@@ -78,3 +79,18 @@ def check_binding_size(device: Device, nbytes: int, name: str) -> None:
 
 def prod(shape: tuple[int, ...]) -> int:
     return math.prod(shape)
+
+
+def texel_format(device: Device, buffer: Buffer, fmt: str) -> str | None:
+    """``fmt`` if ``buffer`` can be read as a uniform texel buffer of that format, else None.
+
+    Texel reads take the driver's texture path (much faster loads on lavapipe). They need
+    the format's UNIFORM_TEXEL_BUFFER support and the whole buffer within
+    maxTexelBufferElements; ``VKCORE_TEXEL=0`` turns them off (storage-buffer loads).
+    """
+    if not config.env_flag("VKCORE_TEXEL", True) or fmt not in device.info.texel_formats:
+        return None
+    texel_bytes = 16 if fmt.startswith("rgba") else 4
+    if buffer.nbytes // texel_bytes > device.info.max_texel_buffer_elements:
+        return None
+    return fmt

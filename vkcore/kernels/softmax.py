@@ -27,9 +27,13 @@ from . import _common as c
 
 ALGORITHMS = ("online", "safe")
 # Every shader variant _dispatches can request (precompiled into the wheel).
-spirv.register_variants("softmax_online.comp", spirv.define_grid(STAGE=[0, 1, 2], VEC4=[0, 1]))
-spirv.register_variants("softmax_safe.comp", spirv.define_grid(STAGE=[0, 1, 2, 3], VEC4=[0, 1]))
-spirv.register_variants("softmax_roofline.comp", [{}])
+spirv.register_variants(
+    "softmax_online.comp", spirv.define_grid(STAGE=[0, 1, 2], VEC4=[0, 1], TEXEL=[0, 1])
+)
+spirv.register_variants(
+    "softmax_safe.comp", spirv.define_grid(STAGE=[0, 1, 2, 3], VEC4=[0, 1], TEXEL=[0, 1])
+)
+spirv.register_variants("softmax_roofline.comp", spirv.define_grid(TEXEL=[0, 1]))
 # numpy arrays at least this large are imported as buffers instead of copied (measured on
 # lavapipe: an import costs ~40 us, copying 1 MiB in and out ~100-200 us).
 IMPORT_MIN_BYTES = 1 << 20
@@ -109,23 +113,24 @@ def _cached_plan(device: Device, rows: int, n: int) -> Plan:
     return p
 
 
-_pipes: weakref.WeakKeyDictionary[Device, dict[tuple[str, int, bool, int], Pipeline]] = (
-    per_device_map()
-)
+_pipes: weakref.WeakKeyDictionary[
+    Device, dict[tuple[str, int, bool, int, str | None], Pipeline]
+] = per_device_map()
 
 
-def _pipeline(device: Device, shader: str, stage: int, p: Plan) -> Pipeline:
+def _pipeline(device: Device, shader: str, stage: int, p: Plan, texel: str | None) -> Pipeline:
     """device.pipeline() for one softmax variant, memoized per device (saves the key work)."""
     table = _pipes.setdefault(device, {})
-    key = (shader, stage, p.vec4, p.workgroup)
+    key = (shader, stage, p.vec4, p.workgroup, texel)
     pipe = table.get(key)
     if pipe is None or pipe.handle is None:
         pipe = table[key] = device.pipeline(
             shader,
-            defines={"STAGE": stage, "VEC4": int(p.vec4)},
+            defines={"STAGE": stage, "VEC4": int(p.vec4), "TEXEL": int(texel is not None)},
             spec={0: p.workgroup},
             buffers=3,
             push_size=20,
+            texel={0: texel} if texel else None,
         )
     return pipe
 
@@ -137,8 +142,9 @@ def _dispatches(
     stages = [0] if p.nchunks == 1 else ([1, 2] if algorithm == "online" else [1, 2, 3])
     max_rows = device.info.max_compute_work_group_count[1]
     steps = []
+    texel = c.texel_format(device, x, "rgba32f" if p.vec4 else "r32f")
     for stage in stages:
-        pipe = _pipeline(device, shader, stage, p)
+        pipe = _pipeline(device, shader, stage, p, texel)
         for first in range(0, p.rows, max_rows):
             count = min(max_rows, p.rows - first)
             push = c.pack_u32(p.units, first, p.chunk, p.nchunks, x_offset)
@@ -296,7 +302,15 @@ def roofline_copy(x: Tensor, y: Tensor) -> float | None:
     chunk = c.ceil_div(c.ceil_div(units, groups), wg) * wg
     chunk = min(max(chunk, wg), MAX_STEPS_PER_PASS * wg)
     groups = c.ceil_div(units, chunk)
-    pipe = dev.pipeline("softmax_roofline.comp", spec={0: wg}, buffers=2, push_size=8)
     assert x.buffer is not None and y.buffer is not None
+    texel = c.texel_format(dev, x.buffer, "rgba32f")
+    pipe = dev.pipeline(
+        "softmax_roofline.comp",
+        defines={"TEXEL": int(texel is not None)},
+        spec={0: wg},
+        buffers=2,
+        push_size=8,
+        texel={0: texel} if texel else None,
+    )
     step = Dispatch(pipe, (x.buffer, y.buffer), c.pack_u32(units, chunk), (groups, 1, 1))
     return dev.submitter.run([step])
