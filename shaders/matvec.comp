@@ -23,10 +23,23 @@
 
 layout(local_size_x_id = 0) in;
 
+#if TEXEL
+// Weights (and float activations) read through uniform texel buffers: the driver's texture
+// path, vectorized on lavapipe, where storage-buffer loads loop over the lanes.
+#extension GL_EXT_samplerless_texture_functions : require
 #if MODE == 3
+layout(binding = 0) uniform textureBuffer w_texels;
+#define WF(i) texelFetch(w_texels, int(i))
+#else
+layout(binding = 0) uniform utextureBuffer w_texels;
+#define WQ(i) texelFetch(w_texels, int(i))
+#endif
+#elif MODE == 3
 layout(std430, binding = 0) readonly buffer Wt { vec4 wf[]; };
+#define WF(i) wf[i]
 #else
 layout(std430, binding = 0) readonly buffer Wt { uvec4 wq[]; };
+#define WQ(i) wq[i]
 #endif
 layout(std430, binding = 1) readonly buffer S { float scale[]; };
 layout(std430, binding = 2) readonly buffer Z { int zero_point[]; };
@@ -41,7 +54,13 @@ layout(std430, binding = 4) readonly buffer QX { float s_x; int z_x; int pad0; i
 #else
 layout(std430, binding = 4) readonly buffer XS { float xs[]; };
 #endif
+#if TEXEL && (MODE == 0 || MODE == 3)
+layout(binding = 5) uniform textureBuffer x_texels;
+#define XV(i) texelFetch(x_texels, int(i))
+#else
 layout(std430, binding = 5) readonly buffer XV { vec4 xv[]; };
+#define XV(i) xv[i]
+#endif
 layout(std430, binding = 6) readonly buffer B { float bias[]; };
 layout(std430, binding = 7) writeonly buffer Y { float y[]; };
 
@@ -127,7 +146,7 @@ void main() {
 #endif
     for (uint b = lane; b < full; b += stride) {
 #if MODE == 0 || MODE == 3
-        vec4 x0 = xv[4u * b], x1 = xv[4u * b + 1u], x2 = xv[4u * b + 2u], x3 = xv[4u * b + 3u];
+        vec4 x0 = XV(4u * b), x1 = XV(4u * b + 1u), x2 = XV(4u * b + 2u), x3 = XV(4u * b + 3u);
 #elif MODE == 1 || MODE == 2
         uvec4 a = qx[b];
         ivec4 a0 = acts4(a.x), a1 = acts4(a.y), a2 = acts4(a.z), a3 = acts4(a.w);
@@ -136,9 +155,9 @@ void main() {
             uint lr = min(first + uint(r), pc.rows - 1u);
 #if MODE == 3
             uint base = (lr * pc.blocks + b) * 4u;
-            acc[r] += SUM4(wf[base] * x0 + wf[base + 1u] * x1 + wf[base + 2u] * x2 + wf[base + 3u] * x3);
+            acc[r] += SUM4(WF(base) * x0 + WF(base + 1u) * x1 + WF(base + 2u) * x2 + WF(base + 3u) * x3);
 #else
-            uvec4 w = wq[lr * pc.blocks + b];
+            uvec4 w = WQ(lr * pc.blocks + b);
 #if MODE == 0
             acc[r] += SUM4(vec4(weights4(w.x, z[r])) * x0 + vec4(weights4(w.y, z[r])) * x1
                          + vec4(weights4(w.z, z[r])) * x2 + vec4(weights4(w.w, z[r])) * x3);
@@ -159,9 +178,9 @@ void main() {
             [[unroll]] for (int r = 0; r < ROWS; ++r) {
                 uint lr = min(first + uint(r), pc.rows - 1u);
 #if MODE == 3
-                float wj = wf[(lr * pc.blocks * 16u + j) / 4u][j % 4u];
+                float wj = WF((lr * pc.blocks * 16u + j) / 4u)[j % 4u];
 #else
-                uint word = wq[lr * pc.blocks + j / 16u][(j / 4u) % 4u];
+                uint word = WQ(lr * pc.blocks + j / 16u)[(j / 4u) % 4u];
                 float wj = float(weights4(word, z[r])[j % 4u]);
 #endif
                 acc[r] += wj * xj;

@@ -55,17 +55,23 @@ float fast_exact_round(float w, float s, float inv) {
 
 // The same result with one exact comparison and no branch (a SIMD driver pays for both
 // sides of a branch): with |w / s| <= 512 the candidate t = w * inv is within 2^-11 of
-// w / s, so of the midpoints k +- 1/2 around k = roundEven(t) only the one on t's side
-// can lie between t and w / s. The exact sign of w / s - h at that midpoint h decides:
-// beyond it, the next integer; on it, the even one; before it, k. s = s_hi + s_lo as in
-// exact_round_from.
+// w / s, so of the midpoints k +- 1/2 around k = roundEven(t) only the one on t's side,
+// h, can lie between t and w / s. The exact sign of w - h * s decides: beyond h, the
+// next integer; on it, the even neighbour of h (roundEven of the exact h); before it, k.
+// s = s_hi + s_lo as in exact_round_from.
 float exact_round_near(float w, float inv, float s_hi, float s_lo) {
     float t = w * inv;
     float k = roundEven(t);
-    float side = t >= k ? 0.5 : -0.5;
-    int beyond = sign_of_residual(w, k + side, s_hi, s_lo) * (side > 0.0 ? 1 : -1);
-    float r = beyond > 0 ? k + 2.0 * side : k;
-    return beyond == 0 ? even_of(min(k, k + 2.0 * side)) : r;
+    bool up = t >= k;
+    float half_step = up ? 0.5 : -0.5;
+    float h = k + half_step;  // exact: k has at most 10 significant bits
+    precise float a = h * s_hi;
+    precise float b = h * s_lo;
+    precise float d = w - a;
+    precise float e = d - b;
+    bool beyond = up ? e > 0.0 : e < 0.0;
+    float r = beyond ? h + half_step : k;
+    return e == 0.0 ? roundEven(h) : r;
 }
 
 // Subnormal inputs count as zero on every device (some Vulkan devices flush them).

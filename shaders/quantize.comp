@@ -18,8 +18,15 @@
 
 layout(local_size_x_id = 0) in;
 
-#if VEC
+#if VEC && TEXEL
+// W read through a uniform texel buffer (rgba32f view): the driver's texture path, which
+// lavapipe vectorizes, where storage-buffer loads loop over the lanes.
+#extension GL_EXT_samplerless_texture_functions : require
+layout(binding = 0) uniform textureBuffer w_texels;
+#define W4(i) texelFetch(w_texels, int(i))
+#elif VEC
 layout(std430, binding = 0) readonly buffer W { vec4 w4[]; };
+#define W4(i) w4[i]
 #else
 layout(std430, binding = 0) readonly buffer W { float w[]; };
 #endif
@@ -50,7 +57,7 @@ void quantize_block(uint block, uint r) {
     float v[16];
 #if VEC
     [[unroll]] for (uint i = 0u; i < 4u; ++i) {
-        vec4 a = w4[(w_base + col0) / 4u + i];
+        vec4 a = W4((w_base + col0) / 4u + i);
         v[4u * i] = a.x;
         v[4u * i + 1u] = a.y;
         v[4u * i + 2u] = a.z;
@@ -63,7 +70,9 @@ void quantize_block(uint block, uint r) {
     [[unroll]] for (uint i = 0u; i < 16u; ++i) {
         precise float x = flush_subnormal(v[i]) * g.f1 * g.f2;
         int q = clamp(int(exact_round_near(x, inv, s_hi, s_lo)) + g.z, pc.qmin, pc.qmax);
-        q = col0 + i < pc.n ? q : g.z;
+#if !VEC
+        q = col0 + i < pc.n ? q : g.z;  // VEC blocks lie inside the row
+#endif
         packed[i / 4u] |= (uint(q) & 0xffu) << (8u * (i % 4u));
     }
     q4[(pc.q_row0 + r) * pc.row_blocks + block] = packed;

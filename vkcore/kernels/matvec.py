@@ -63,19 +63,26 @@ _BUFFERS = 8
 _STORAGE = ((1, 0), (0, 1))
 
 
-def _defines(mode: int, signed: bool, asym: bool) -> dict[str, int]:
-    return {"MODE": mode, "ROWS": ROWS, "WSIGNED": int(signed), "ASYM": int(asym)}
+def _defines(mode: int, signed: bool, asym: bool, texel: bool) -> dict[str, int]:
+    return {
+        "MODE": mode,
+        "ROWS": ROWS,
+        "WSIGNED": int(signed),
+        "ASYM": int(asym),
+        "TEXEL": int(texel),
+    }
 
 
 # Every shader variant the functions below can request (precompiled into the wheel).
 spirv.register_variants(
     "matvec.comp",
     [
-        _defines(mode, bool(sg), bool(asym))
+        _defines(mode, bool(sg), bool(asym), texel)
         for mode in (0, 1, 2, MODE_ROWSUM)
         for sg, asym in _STORAGE
+        for texel in (True, False)
     ]
-    + [_defines(MODE_F32, True, False)],
+    + [_defines(MODE_F32, True, False, texel) for texel in (True, False)],
 )
 spirv.register_variants("quantize_act.comp", [{"ACT": 1}, {"ACT": 2}])
 
@@ -258,12 +265,12 @@ def _steps(
     dummy = c.dummy_buffer(dev)
     steps: list[Dispatch] = []
     if isinstance(mat, F32Matrix):
-        pipe = _pipeline(dev, MODE_F32, True, False)
+        pipe = _pipeline(dev, MODE_F32, True, False, _texel(mat, MODE_F32, xbuf))
         blocks = mat.row_floats // BLOCK
         scale = zero = rowsum = dummy
         per_channel = 0
     else:
-        pipe = _pipeline(dev, mode, mat.symmetric, not mat.symmetric)
+        pipe = _pipeline(dev, mode, mat.symmetric, not mat.symmetric, _texel(mat, mode, xbuf))
         blocks = mat.row_bytes // BLOCK
         scale, zero = _group_buffers(mat)
         per_channel = int(mat.per_channel)
@@ -297,13 +304,34 @@ def _grid(dev: Device, rows: int) -> tuple[int, int, int]:
     return gx, gy, 1
 
 
-def _pipeline(dev: Device, mode: int, signed: bool, asym: bool) -> Any:
+def _texel(mat: QuantizedTensor | F32Matrix, mode: int, xbuf: Buffer | None) -> bool:
+    """Whether the weights (and float activations) can be read as texel buffers: the
+    faster load path on lavapipe (see shaders/matvec.comp)."""
+    dev = mat.device
+
+    def viewable(buf: Buffer, fmt: str) -> bool:  # a view holds at least one texel
+        return buf.nbytes >= 16 and c.texel_format(dev, buf, fmt) is not None
+
+    fmt = "rgba32f" if mode == MODE_F32 else "rgba32ui"
+    if not all(viewable(ch.buffer, fmt) for ch in mat.chunks):
+        return False
+    float_x = mode in (MODES["float"], MODE_F32)
+    return not float_x or (xbuf is not None and viewable(xbuf, "rgba32f"))
+
+
+def _pipeline(dev: Device, mode: int, signed: bool, asym: bool, texel: bool) -> Any:
+    formats: dict[int, str] = {}
+    if texel:
+        formats[0] = "rgba32f" if mode == MODE_F32 else "rgba32ui"
+        if mode in (MODES["float"], MODE_F32):
+            formats[5] = "rgba32f"
     return dev.pipeline(
         "matvec.comp",
-        defines=_defines(mode, signed, asym),
+        defines=_defines(mode, signed, asym, texel),
         spec={0: workgroup_size(dev)},
         buffers=_BUFFERS,
         push_size=28,
+        texel=formats or None,
     )
 
 
@@ -314,7 +342,9 @@ def _rowsum(qt: QuantizedTensor, steps: list[Dispatch]) -> Buffer:
     dev = qt.device
     m = qt.shape[0]
     qt.rowsum = Buffer(dev, 4 * m)
-    pipe = _pipeline(dev, MODE_ROWSUM, qt.symmetric, not qt.symmetric)
+    pipe = _pipeline(
+        dev, MODE_ROWSUM, qt.symmetric, not qt.symmetric, _texel(qt, MODE_ROWSUM, None)
+    )
     dummy = c.dummy_buffer(dev)
     scale, zero = _group_buffers(qt)
     for ch in qt.chunks:

@@ -44,7 +44,10 @@ IMPORT_MIN_BYTES = 1 << 20  # smaller weights are copied: importing costs more t
 BLOCK = 16  # bytes per stored block of a row
 _TINY = np.float32(np.finfo(np.float32).tiny)
 _SMALLEST = np.float32(2.0**-149)
-spirv.register_variants("quantize.comp", [{"VEC": v, "ROWS": QUANT_ROWS} for v in (1, 0)])
+spirv.register_variants(
+    "quantize.comp",
+    [{"VEC": v, "TEXEL": t, "ROWS": QUANT_ROWS} for v, t in ((1, 1), (1, 0), (0, 0))],
+)
 spirv.register_variants("dequantize.comp", [{}])
 _PARAMS = np.dtype([("s_norm", "<f4"), ("f1", "<f4"), ("f2", "<f4"), ("z", "<i4")])
 
@@ -333,6 +336,7 @@ class _QuantizeJob:
         blocks = c.ceil_div(n, BLOCK)
         vec_blocks = n // BLOCK if n % 4 == 0 and offset % 4 == 0 else 0
         parts = ((1, 0, vec_blocks), (0, vec_blocks, blocks - vec_blocks))
+        texel = src.nbytes >= 16 and c.texel_format(dev, src, "rgba32f") is not None
         steps = []
         for first, count in row_slices(rows, grid_rows(dev)):
             row = ch.row0 + start + first
@@ -341,20 +345,23 @@ class _QuantizeJob:
             head += np.array([self.qmin, self.qmax], dtype="<i4").tobytes()
             for vec, block0, count_x in parts:
                 if count_x:
-                    pipe = _quantize_pipeline(dev, vec)
+                    pipe = _quantize_pipeline(dev, vec, texel and bool(vec))
                     groups = (column_groups(dev, count_x), c.ceil_div(count, QUANT_ROWS), 1)
                     push = head + c.pack_u32(block0)
                     steps.append(Dispatch(pipe, (src, ch.buffer, self.params), push, groups))
         dev.submitter.run(steps)
 
 
-def _quantize_pipeline(dev: Device, vec: int) -> Any:
+def _quantize_pipeline(dev: Device, vec: int, texel: bool) -> Any:
+    """VEC 1: vec4 loads of whole aligned blocks, through a texel buffer where possible;
+    VEC 0: column by column (see shaders/quantize.comp)."""
     return dev.pipeline(
         "quantize.comp",
-        defines={"VEC": vec, "ROWS": QUANT_ROWS},
+        defines={"VEC": vec, "TEXEL": int(texel), "ROWS": QUANT_ROWS},
         spec={0: WORKGROUP},
         buffers=3,
         push_size=40,
+        texel={0: "rgba32f"} if texel else None,
     )
 
 
