@@ -18,10 +18,13 @@
 
 layout(local_size_x_id = 0) in;
 
-#if VEC && TEXEL
-// W read through a uniform texel buffer (rgba32f view): the driver's texture path, which
-// lavapipe vectorizes, where storage-buffer loads loop over the lanes.
+#if TEXEL
+// W and the group parameters read through uniform texel buffers (rgba32f and rgba32ui
+// views): the driver's texture path, which lavapipe vectorizes, where storage-buffer loads
+// loop over the lanes.
 #extension GL_EXT_samplerless_texture_functions : require
+#endif
+#if VEC && TEXEL
 layout(binding = 0) uniform textureBuffer w_texels;
 #define W4(i) texelFetch(w_texels, int(i))
 #elif VEC
@@ -32,7 +35,16 @@ layout(std430, binding = 0) readonly buffer W { float w[]; };
 #endif
 layout(std430, binding = 1) writeonly buffer Q { uvec4 q4[]; };
 struct Group { float s_norm; float f1; float f2; int z; };
+#if TEXEL
+layout(binding = 2) uniform utextureBuffer group_texels;  // one rgba32ui texel per group
+Group group_at(uint i) {
+    uvec4 t = texelFetch(group_texels, int(i));
+    return Group(uintBitsToFloat(t.x), uintBitsToFloat(t.y), uintBitsToFloat(t.z), int(t.w));
+}
+#else
 layout(std430, binding = 2) readonly buffer P { Group groups[]; };
+Group group_at(uint i) { return groups[i]; }
+#endif
 
 layout(push_constant) uniform Push {
     uint n;             // columns of W
@@ -48,7 +60,7 @@ layout(push_constant) uniform Push {
 } pc;
 
 void quantize_block(uint block, uint r) {
-    Group g = groups[(pc.group_row0 + r) * pc.group_stride];
+    Group g = group_at((pc.group_row0 + r) * pc.group_stride);
     float inv = 1.0 / g.s_norm;  // only for candidates: the exact check corrects them
     float s_hi = uintBitsToFloat(floatBitsToUint(g.s_norm) & 0xfffff000u);
     precise float s_lo = g.s_norm - s_hi;

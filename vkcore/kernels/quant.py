@@ -336,7 +336,10 @@ class _QuantizeJob:
         blocks = c.ceil_div(n, BLOCK)
         vec_blocks = n // BLOCK if n % 4 == 0 and offset % 4 == 0 else 0
         parts = ((1, 0, vec_blocks), (0, vec_blocks, blocks - vec_blocks))
-        texel = src.nbytes >= 16 and c.texel_format(dev, src, "rgba32f") is not None
+        texel = all(
+            buf.nbytes >= 16 and c.texel_format(dev, buf, fmt) is not None
+            for buf, fmt in ((src, "rgba32f"), (self.params, "rgba32ui"))
+        )
         steps = []
         for first, count in row_slices(rows, grid_rows(dev)):
             row = ch.row0 + start + first
@@ -361,7 +364,7 @@ def _quantize_pipeline(dev: Device, vec: int, texel: bool) -> Any:
         spec={0: WORKGROUP},
         buffers=3,
         push_size=40,
-        texel={0: "rgba32f"} if texel else None,
+        texel={0: "rgba32f", 2: "rgba32ui"} if texel else None,
     )
 
 
