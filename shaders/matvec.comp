@@ -50,7 +50,17 @@ layout(std430, binding = 3) readonly buffer V { int rowsum[]; };
 #endif
 #if MODE == 1 || MODE == 2
 // Quantized activations: s_x and z_x, then the packed values (written by quantize_act).
+#if TEXEL
+layout(binding = 4) uniform utextureBuffer qx_texels;  // texel 0: s_x, z_x; then the blocks
+#define QX(b) texelFetch(qx_texels, int(b) + 1)
+#define S_X uintBitsToFloat(texelFetch(qx_texels, 0).x)
+#define Z_X int(texelFetch(qx_texels, 0).y)
+#else
 layout(std430, binding = 4) readonly buffer QX { float s_x; int z_x; int pad0; int pad1; uvec4 qx[]; };
+#define QX(b) qx[b]
+#define S_X s_x
+#define Z_X z_x
+#endif
 #else
 layout(std430, binding = 4) readonly buffer XS { float xs[]; };
 #endif
@@ -148,7 +158,7 @@ void main() {
 #if MODE == 0 || MODE == 3
         vec4 x0 = XV(4u * b), x1 = XV(4u * b + 1u), x2 = XV(4u * b + 2u), x3 = XV(4u * b + 3u);
 #elif MODE == 1 || MODE == 2
-        uvec4 a = qx[b];
+        uvec4 a = QX(b);
         ivec4 a0 = acts4(a.x), a1 = acts4(a.y), a2 = acts4(a.z), a3 = acts4(a.w);
 #endif
         [[unroll]] for (int r = 0; r < ROWS; ++r) {
@@ -205,9 +215,9 @@ void main() {
 #else
         int total = t;
 #if MODE == 2
-        total -= z_x * rowsum[row];
+        total -= Z_X * rowsum[row];
 #endif
-        precise float sxy = scale[group_of(row)] * s_x;
+        precise float sxy = scale[group_of(row)] * S_X;
         precise float prod = sxy * float(total);
         precise float out_v = prod + b;
         y[row] = pc.out_acc != 0u ? intBitsToFloat(total) : out_v;

@@ -264,21 +264,22 @@ def _steps(
     dev = mat.device
     dummy = c.dummy_buffer(dev)
     steps: list[Dispatch] = []
+    act, act_vec = xbuf, xbuf
     if isinstance(mat, F32Matrix):
         pipe = _pipeline(dev, MODE_F32, True, False, _texel(mat, MODE_F32, xbuf))
         blocks = mat.row_floats // BLOCK
         scale = zero = rowsum = dummy
         per_channel = 0
     else:
-        pipe = _pipeline(dev, mode, mat.symmetric, not mat.symmetric, _texel(mat, mode, xbuf))
         blocks = mat.row_bytes // BLOCK
         scale, zero = _group_buffers(mat)
         per_channel = int(mat.per_channel)
         rowsum = _rowsum(mat, steps) if mode == MODES["uint8"] else dummy
-    act, act_vec = xbuf, xbuf
-    if mode in (1, 2) and isinstance(mat, QuantizedTensor):
-        act = _quantize_activations(mat, xbuf, mode, steps)
-        act_vec = dummy
+        if mode in (MODES["int8"], MODES["uint8"]):
+            act = _quantize_activations(mat, xbuf, mode, steps)
+            act_vec = dummy
+        texel = _texel(mat, mode, act)
+        pipe = _pipeline(dev, mode, mat.symmetric, not mat.symmetric, texel)
     n = mat.shape[1]
     for ch in mat.chunks:
         push = c.pack_u32(blocks, n, ch.rows, ch.row0, per_channel, int(has_bias), int(out_acc))
@@ -304,9 +305,9 @@ def _grid(dev: Device, rows: int) -> tuple[int, int, int]:
     return gx, gy, 1
 
 
-def _texel(mat: QuantizedTensor | F32Matrix, mode: int, xbuf: Buffer | None) -> bool:
-    """Whether the weights (and float activations) can be read as texel buffers: the
-    faster load path on lavapipe (see shaders/matvec.comp)."""
+def _texel(mat: QuantizedTensor | F32Matrix, mode: int, act: Buffer | None) -> bool:
+    """Whether the weights and the activations (float x, or the quantized x of the integer
+    modes) can be read as texel buffers: the faster load path on lavapipe."""
     dev = mat.device
 
     def viewable(buf: Buffer, fmt: str) -> bool:  # a view holds at least one texel
@@ -315,8 +316,11 @@ def _texel(mat: QuantizedTensor | F32Matrix, mode: int, xbuf: Buffer | None) -> 
     fmt = "rgba32f" if mode == MODE_F32 else "rgba32ui"
     if not all(viewable(ch.buffer, fmt) for ch in mat.chunks):
         return False
-    float_x = mode in (MODES["float"], MODE_F32)
-    return not float_x or (xbuf is not None and viewable(xbuf, "rgba32f"))
+    if mode in (MODES["float"], MODE_F32):
+        return act is not None and viewable(act, "rgba32f")
+    if mode in (MODES["int8"], MODES["uint8"]):
+        return act is not None and viewable(act, "rgba32ui")
+    return True
 
 
 def _pipeline(dev: Device, mode: int, signed: bool, asym: bool, texel: bool) -> Any:
@@ -325,6 +329,8 @@ def _pipeline(dev: Device, mode: int, signed: bool, asym: bool, texel: bool) -> 
         formats[0] = "rgba32f" if mode == MODE_F32 else "rgba32ui"
         if mode in (MODES["float"], MODE_F32):
             formats[5] = "rgba32f"
+        elif mode in (MODES["int8"], MODES["uint8"]):
+            formats[4] = "rgba32ui"
     return dev.pipeline(
         "matvec.comp",
         defines=_defines(mode, signed, asym, texel),
