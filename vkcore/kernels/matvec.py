@@ -66,6 +66,10 @@ _BUFFERS = 8
 _STORAGE = ((1, 0), (0, 1))
 
 
+def rows_per_workgroup(mode: int) -> int:
+    return ROWS_F32 if mode == MODE_F32 else ROWS
+
+
 def _defines(mode: int, signed: bool, asym: bool, texel: bool) -> dict[str, int]:
     return {
         "MODE": mode,
@@ -296,10 +300,6 @@ def _group_buffers(qt: QuantizedTensor) -> tuple[Buffer, Buffer]:
     scale, zero = qt.scale_tensor.buffer, qt.zero_point_tensor.buffer
     assert scale is not None and zero is not None
     return scale, zero
-
-
-def rows_per_workgroup(mode: int) -> int:
-    return ROWS_F32 if mode == MODE_F32 else ROWS
 
 
 def _grid(dev: Device, rows: int, mode: int) -> tuple[int, int, int]:
