@@ -25,7 +25,10 @@ weights: n <= 133,144 with int8 activations, n <= 66,311 with uint8).
 
 The kernel reads 16 weights per 32-bit-word quadruple (``uvec4`` loads, bytes unpacked
 with ``bitfieldExtract``), so it needs neither 8-bit storage nor int8 arithmetic; a
-workgroup is one subgroup computing ``ROWS`` rows, reusing each loaded activation block.
+workgroup is one subgroup computing ``ROWS`` rows (``ROWS_F32`` for the float32 kernel),
+reusing each loaded activation block. Weights and activations are read through uniform
+texel buffers where the device allows (lavapipe's texture path is vectorized, its
+storage-buffer loads are not; ``VKCORE_TEXEL=0`` keeps storage buffers).
 """
 
 from __future__ import annotations

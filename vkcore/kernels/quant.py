@@ -22,6 +22,10 @@ Formulas (identical in :func:`vkcore.reference.quantize`, which tests compare bi
 Storage: rows of ``q`` are padded to a multiple of 16 bytes with the row's zero point,
 so the matvec kernel reads whole 16-byte blocks. Weights larger than one storage-buffer
 binding are split by rows into several buffers.
+
+Speed: large writable float32 weights are read in place (imported host memory, no staging
+copy), through a uniform texel buffer where the device allows; each invocation quantizes
+one 16-column block in ``QUANT_ROWS`` rows with straight-line code.
 """
 
 from __future__ import annotations
