@@ -40,7 +40,9 @@ mesa25:
 demo: setup
 	$(PY) -m vkcore demo
 
-test: setup
+# The whole suite: lint and type checks, then pytest under the validation layer (the
+# wheel build, the examples, the short soak and the cold/warm command are tests too).
+test: setup lint
 	VKCORE_VALIDATION=1 $(PY) -m pytest -q
 
 # The long soak: thousands of kernel calls and device lifetimes under validation; prints
@@ -49,16 +51,16 @@ soak: setup
 	VKCORE_VALIDATION=1 VKCORE_SOAK=long $(PY) -m pytest -q -s -m soak tests/test_soak.py
 
 lint: setup
-	$(PY) -m ruff check vkcore tests examples
-	$(PY) -m ruff format --check vkcore tests examples
+	$(PY) -m ruff check vkcore tests examples setup.py
+	$(PY) -m ruff format --check vkcore tests examples setup.py
 	$(PY) -m mypy vkcore
 
-# Cold vs warm pipeline creation, one fresh process per sample (under 2 minutes on lavapipe);
-# draws cache/coldwarm.png when matplotlib is installed.
 # Kernels against their baselines (a few minutes); the table on stdout, the plot in cache/.
 bench: setup
 	$(PY) -m vkcore bench $$($(PY) -c 'import matplotlib' 2>/dev/null && echo --plot cache/bench.png)
 
+# Cold vs warm pipeline creation, one fresh process per sample (under 2 minutes on lavapipe);
+# draws cache/coldwarm.png when matplotlib is installed.
 coldwarm: setup
 	$(PY) -m vkcore coldwarm $$($(PY) -c 'import matplotlib' 2>/dev/null && echo --plot cache/coldwarm.png)
 

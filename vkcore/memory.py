@@ -136,7 +136,8 @@ class Buffer:
             )
             out = dev.ffi.new("VkBufferView*")
             vkapi.check(
-                dev.lib.vkCreateBufferView(dev.handle, info, dev.ffi.NULL, out), "vkCreateBufferView"
+                dev.lib.vkCreateBufferView(dev.handle, info, dev.ffi.NULL, out),
+                "vkCreateBufferView",
             )
             handle = views[fmt] = out[0]
         return handle

@@ -2,10 +2,11 @@
 
 Every shader binds ``buffers`` buffers at bindings 0..buffers-1 of set 0 and takes
 ``push_size`` bytes of push constants. A binding is a storage buffer unless ``texel`` maps
-it to a texel format, in which case the shader reads it as a uniform texel buffer
-(``textureBuffer``/``utextureBuffer`` with ``texelFetch``) through a view of the whole buffer. Specialization constant 0 is the
-workgroup size (``local_size_x_id = 0``); others are shader-specific. Creation always
-goes through the device's VkPipelineCache, with creation feedback when available.
+it to a texel format; the shader then reads it as a uniform texel buffer
+(``textureBuffer``/``utextureBuffer`` with ``texelFetch``) through a view of the whole
+buffer. Specialization constant 0 is the workgroup size (``local_size_x_id = 0``); others
+are shader-specific. Creation always goes through the device's VkPipelineCache, with
+creation feedback when available.
 """
 
 from __future__ import annotations
