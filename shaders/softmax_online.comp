@@ -14,13 +14,28 @@
 void online_stats(uint begin, uint end, out float m, out float l, out uint bad) {
     m = NEG_INF; bad = 0u;
     KahanSum acc = KahanSum(0.0, 0.0);
-    for (uint i = begin + gl_LocalInvocationID.x; i < end; i += gl_WorkGroupSize.x) {
-        VT v = X(i);
-        bad |= is_bad(v);
-        float M = max(m, hmax(v));
+    uint step = gl_WorkGroupSize.x;
+    uint i = begin + gl_LocalInvocationID.x;
+    // Four loads per step share one rescale: 17 exps per 16 elements instead of 20.
+    for (; i + 3u * step < end; i += 4u * step) {
+        VT v0 = X(i);
+        VT v1 = X(i + step);
+        VT v2 = X(i + 2u * step);
+        VT v3 = X(i + 3u * step);
+        bad |= is_bad(v0) | is_bad(v1) | is_bad(v2) | is_bad(v3);
+        float M = max(max(m, max(hmax(v0), hmax(v1))), max(hmax(v2), hmax(v3)));
         // No branch on "did the maximum grow": the rescale factor is exp(0) = 1 when it
         // did not, and 0 while nothing finite has been seen (the sum is 0 then anyway).
         // A -inf entry adds exp(-inf) = 0 (a denormal at most where exp clamps).
+        kahan_scale(acc, m == NEG_INF ? 0.0 : exp(m - finite_max(M)));
+        float f = finite_max(M);
+        kahan_add(acc, hsum((exp(v0 - f) + exp(v1 - f)) + (exp(v2 - f) + exp(v3 - f))));
+        m = M;
+    }
+    for (; i < end; i += step) {  // the last up to three steps
+        VT v = X(i);
+        bad |= is_bad(v);
+        float M = max(m, hmax(v));
         kahan_scale(acc, m == NEG_INF ? 0.0 : exp(m - finite_max(M)));
         kahan_add(acc, hsum(exp(v - finite_max(M))));
         m = M;
