@@ -70,17 +70,7 @@ class Submitter:
         self.fence: Any = None
         self.query_pool: Any = None
         self.staging: Buffer | None = None
-        alloc = keep.struct(
-            "VkCommandBufferAllocateInfo",
-            commandPool=device.command_pool,
-            level=0,
-            commandBufferCount=1,
-        )
-        cb = ffi.new("VkCommandBuffer[1]")
-        vkapi.check(
-            lib.vkAllocateCommandBuffers(device.handle, alloc, cb), "vkAllocateCommandBuffers"
-        )
-        self.command_buffer = cb[0]
+        self.command_buffer = self._allocate_command_buffer()
         fence = ffi.new("VkFence*")
         vkapi.check(
             lib.vkCreateFence(device.handle, keep.struct("VkFenceCreateInfo"), ffi.NULL, fence),
@@ -107,6 +97,22 @@ class Submitter:
         # Built once: every struct made through the binding costs microseconds per call.
         self._fences = ffi.new("VkFence[1]", [self.fence])
         self._timestamps_out = ffi.new("uint64_t[2]")
+
+    def _allocate_command_buffer(self) -> Any:
+        """One primary command buffer from the device's (resettable) command pool."""
+        dev = self.device
+        keep = vkapi.Keep()
+        alloc = keep.struct(
+            "VkCommandBufferAllocateInfo",
+            commandPool=dev.command_pool,
+            level=0,
+            commandBufferCount=1,
+        )
+        out = dev.ffi.new("VkCommandBuffer[1]")
+        vkapi.check(
+            dev.lib.vkAllocateCommandBuffers(dev.handle, alloc, out), "vkAllocateCommandBuffers"
+        )
+        return out[0]
 
     # ------------------------------------------------------------------ dispatch
     def run(
@@ -173,25 +179,15 @@ class Submitter:
             self._recorded.move_to_end(key)
             self.reuse_hits += 1
             return rec
-        dev = self.device
-        ffi, lib = dev.ffi, dev.lib
         sets = self._descriptor_sets(dispatches)
         try:
-            keep = vkapi.Keep()
-            alloc = keep.struct(
-                "VkCommandBufferAllocateInfo",
-                commandPool=dev.command_pool,
-                level=0,
-                commandBufferCount=1,
-            )
-            out = ffi.new("VkCommandBuffer[1]")
-            vkapi.check(
-                lib.vkAllocateCommandBuffers(dev.handle, alloc, out), "vkAllocateCommandBuffers"
-            )
+            command_buffer = self._allocate_command_buffer()
         except BaseException:
             self._free_sets(sets)
             raise
-        rec = _Recorded(out[0], sets, frozenset(id(b) for d in dispatches for b in d.buffers))
+        rec = _Recorded(
+            command_buffer, sets, frozenset(id(b) for d in dispatches for b in d.buffers)
+        )
         rec.keep = vkapi.Keep()
         cbs = rec.keep.new("VkCommandBuffer[1]", [rec.command_buffer])
         rec.submit = rec.keep.struct("VkSubmitInfo", commandBufferCount=1, pCommandBuffers=cbs)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import threading
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -72,23 +73,29 @@ class Buffer:
         self.memory: Any = None
         self.mapped: np.ndarray | None = None
         self._lock = threading.Lock()
-        ffi, lib = device.ffi, device.lib
         keep = vkapi.Keep()
         usage = _USAGE | vkapi.flag("VK_BUFFER_USAGE_TRANSFER_SRC_BIT")
         usage |= vkapi.flag("VK_BUFFER_USAGE_TRANSFER_DST_BIT")
         info = keep.struct("VkBufferCreateInfo", size=nbytes, usage=usage, sharingMode=0)
+        self._create(info, lambda: self._allocate(host_visible))
+
+    def _create(self, info: Any, bind_memory: Callable[[], None]) -> None:
+        """vkCreateBuffer, then ``bind_memory()``; the buffer is destroyed again if that
+        fails, and registered with its device (which destroys it at close) if it works."""
+        dev = self.device
+        ffi, lib = dev.ffi, dev.lib
         out = ffi.new("VkBuffer*")
-        with device.lock:
-            device.check()
-            vkapi.check(lib.vkCreateBuffer(device.handle, info, ffi.NULL, out), "vkCreateBuffer")
+        with dev.lock:
+            dev.check()
+            vkapi.check(lib.vkCreateBuffer(dev.handle, info, ffi.NULL, out), "vkCreateBuffer")
             self.handle = out[0]
             try:
-                self._allocate(host_visible)
+                bind_memory()
             except BaseException:
-                lib.vkDestroyBuffer(device.handle, self.handle, ffi.NULL)
+                lib.vkDestroyBuffer(dev.handle, self.handle, ffi.NULL)
                 self.handle = None
                 raise
-            device.register_buffer(self)
+            dev.register_buffer(self)
 
     def _allocate(self, host_visible: bool | None) -> None:
         dev = self.device
@@ -386,24 +393,12 @@ class HostBuffer(Buffer):
         self.memory = None
         self.mapped = None
         self._lock = threading.Lock()
-        ffi, lib = device.ffi, device.lib
         keep = vkapi.Keep()
         external = keep.struct("VkExternalMemoryBufferCreateInfo", handleTypes=_HOST_ALLOCATION)
         info = keep.struct(
             "VkBufferCreateInfo", pNext=external, size=size, usage=_USAGE, sharingMode=0
         )
-        out = ffi.new("VkBuffer*")
-        with device.lock:
-            device.check()
-            vkapi.check(lib.vkCreateBuffer(device.handle, info, ffi.NULL, out), "vkCreateBuffer")
-            self.handle = out[0]
-            try:
-                self._import(keep, base, size)
-            except BaseException:
-                lib.vkDestroyBuffer(device.handle, self.handle, ffi.NULL)
-                self.handle = None
-                raise
-            device.register_buffer(self)
+        self._create(info, lambda: self._import(keep, base, size))
 
     def _import(self, keep: vkapi.Keep, base: int, size: int) -> None:
         dev = self.device

@@ -137,13 +137,6 @@ class F32Matrix(ScratchOwner):
             self.chunks.append(Chunk(row0, rows, buf))
         self.scratch: dict[str, Buffer] = {}
 
-    def release(self) -> None:
-        for ch in self.chunks:
-            ch.buffer.destroy()
-        for buf in self.scratch.values():
-            buf.destroy()
-        self.scratch.clear()
-
 
 def matvec_f32(w: Any, x: Any, *, bias: Any = None, device: Device | None = None) -> Any:
     """``y = W x + b`` in float32 on the device: the honest baseline for :func:`matvec`.

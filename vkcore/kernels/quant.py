@@ -76,10 +76,20 @@ class Chunk:
 
 
 class ScratchOwner:
-    """Keeps per-call buffers (vectors in and out) for reuse by later calls."""
+    """Row chunks of a matrix on the device, plus per-call buffers (vectors in and out)
+    kept for reuse by later calls."""
 
     device: Device
+    chunks: list[Chunk]
     scratch: dict[str, Buffer]
+
+    def release(self) -> None:
+        """Free the device memory now (also happens when the object is collected)."""
+        for ch in self.chunks:
+            ch.buffer.destroy()
+        for buf in self.scratch.values():
+            buf.destroy()
+        self.scratch.clear()
 
     def scratch_buffer(self, name: str, nbytes: int) -> Buffer:
         """A buffer of at least ``nbytes`` kept for reuse across calls."""
@@ -146,11 +156,7 @@ class QuantizedTensor(ScratchOwner):
 
     def release(self) -> None:
         """Free the device memory now (also happens when the object is collected)."""
-        for ch in self.chunks:
-            ch.buffer.destroy()
-        for buf in self.scratch.values():
-            buf.destroy()
-        self.scratch.clear()
+        super().release()
         if self.rowsum is not None:
             self.rowsum.destroy()
         for t in (self.scale_tensor, self.zero_point_tensor):
