@@ -332,7 +332,8 @@ class Device:
 
         A leak shows as a count that grows across repeated calls. ``buffers`` includes the
         staging buffer and the small placeholder buffer kernels bind to unused slots;
-        every pipeline also owns one shader module and two layouts.
+        ``buffer_views`` are the texel views buffers own; every pipeline also owns one
+        shader module and two layouts.
         """
         with self.lock:
             alive = (ref() for ref in self._buffers.values())
@@ -344,6 +345,7 @@ class Device:
                 "buffers": len(buffers),
                 "device_memory": sum(1 for b in buffers if b.memory is not None),
                 "buffer_bytes": sum(b.nbytes for b in buffers),
+                "buffer_views": sum(len(b._views or ()) for b in buffers),
                 "pipelines": len(pipelines),
                 "descriptor_sets": getattr(sub, "live_descriptor_sets", 0),
                 "pipeline_caches": int(cache is not None and cache.handle is not None),
