@@ -68,3 +68,31 @@ def test_unknown_device_is_one_line_error():
     assert out.returncode == 2
     assert "Traceback" not in out.stderr
     assert out.stderr.strip().count("\n") == 0 and "no-such-gpu-xyz" in out.stderr
+
+
+def test_demo_json_carries_the_checked_figures():
+    out = run_cli("demo", "--rows", "8", "--cols", "256", "--json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    data = json.loads(out.stdout)  # the human-readable text went to stderr
+    assert data["ok"] is True
+    assert "0.09003057" in out.stderr
+    for alg in ("online", "safe"):
+        seed = data["softmax_seed"][alg]
+        assert seed["max_abs_err"] <= 1e-7
+        assert abs(sum(seed["probabilities"]) - 1) <= 1e-6
+        assert data["softmax_random"][alg]["max_abs_err"] <= 1e-6
+    assert data["quant_seed"]["zero_point"] == 64 and data["quant_seed"]["q"] == 147
+    assert data["matvec"]["int8"]["vs_reference"] == "bit for bit"
+    assert set(data["coldwarm"]["pooled"]) == {"cold", "vkcore", "driver", "all"}
+
+
+def test_quant_report_json_holds_the_bounds():
+    out = run_cli("quant-report", "--rows", "12", "--cols", "40", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["holds"] is True and data["shape"] == [12, 40]
+    for label in ("per_tensor", "per_channel"):
+        worst = data[label]["worst"]
+        assert worst["max_err/bound_max"] <= 1 + 1e-6
+        assert worst["out_err/bound_out"] <= 1 + 1e-6
+        assert len(data[label]["rows"]["scale"]) == 12

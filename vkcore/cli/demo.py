@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import sys
 import time
+from typing import Any
 
 import numpy as np
 
@@ -21,21 +25,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--rows", type=int, default=256, help="rows of the random softmax batch")
     p.add_argument("--cols", type=int, default=4096, help="row length of the random softmax batch")
+    p.add_argument(
+        "--json", action="store_true", help="print the figures as JSON (the text goes to stderr)"
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    ok = True
-    with Device(args.device) as dev:
-        print(f"device: {dev.info.name} ({dev.info.driver_name} {dev.info.driver_info})")
-        ok &= _softmax_demo(dev, args.rows, args.cols)
-        ok &= _quant_demo(dev)
-    ok &= _coldwarm_demo(args.device)
-    print("demo:", "all checks passed" if ok else "SOME CHECKS FAILED")
+    results: dict[str, Any] = {}
+    text_out = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
+    with text_out:
+        ok = True
+        with Device(args.device) as dev:
+            print(f"device: {dev.info.name} ({dev.info.driver_name} {dev.info.driver_info})")
+            results["device"] = dev.info.name
+            results["driver"] = f"{dev.info.driver_name} {dev.info.driver_info}"
+            ok &= _softmax_demo(dev, args.rows, args.cols, results)
+            ok &= _quant_demo(dev, results)
+        ok &= _coldwarm_demo(args.device, results)
+        print("demo:", "all checks passed" if ok else "SOME CHECKS FAILED")
+    if args.json:
+        results["ok"] = bool(ok)
+        print(json.dumps(results))
     return 0 if ok else 1
 
 
-def _softmax_demo(dev: Device, rows: int, cols: int) -> bool:
+def _softmax_demo(dev: Device, rows: int, cols: int, results: dict[str, Any]) -> bool:
     ok = True
     print("\nsoftmax of the seed example [1000, 1001, 1002]:")
     for algorithm in ("online", "safe"):
@@ -44,6 +59,11 @@ def _softmax_demo(dev: Device, rows: int, cols: int) -> bool:
         good = err <= 1e-7
         ok &= good
         probs = ", ".join(f"{v:.8f}" for v in got)
+        results.setdefault("softmax_seed", {})[algorithm] = {
+            "probabilities": [float(v) for v in got],
+            "max_abs_err": err,
+            "ok": good,
+        }
         print(
             f"  {algorithm:<6} [{probs}]  max |err| vs expected = {err:.1e}  "
             f"{'ok' if good else 'FAIL'}"
@@ -69,6 +89,15 @@ def _softmax_demo(dev: Device, rows: int, cols: int) -> bool:
         good = err <= 1e-6 and row_err <= 1e-5
         ok &= good
         kernel_txt = f"{kernel * 1e3:.2f} ms kernel, " if kernel is not None else ""
+        results.setdefault("softmax_random", {"shape": [rows, cols], "numpy_ms": numpy_ms})[
+            algorithm
+        ] = {
+            "max_abs_err": err,
+            "max_row_sum_err": row_err,
+            "kernel_ms": None if kernel is None else kernel * 1e3,
+            "wall_ms": wall_ms,
+            "ok": good,
+        }
         print(
             f"  {algorithm:<6} max |err| {err:.1e}, max |row sum - 1| {row_err:.1e}, "
             f"{kernel_txt}{wall_ms:.2f} ms end to end (numpy {numpy_ms:.2f} ms)  "
@@ -77,7 +106,7 @@ def _softmax_demo(dev: Device, rows: int, cols: int) -> bool:
     return ok
 
 
-def _coldwarm_demo(selector: str | None) -> bool:
+def _coldwarm_demo(selector: str | None, results: dict[str, Any]) -> bool:
     """A short ``vkcore coldwarm``: one kernel, one fresh process per cache condition."""
     from .. import coldwarm
 
@@ -88,10 +117,11 @@ def _coldwarm_demo(selector: str | None) -> bool:
     for finding in report["findings"]:
         print(f"  - {finding}")
     pooled = report["summary"]["pooled"]
+    results["coldwarm"] = {"pooled": pooled, "findings": report["findings"]}
     return all(pooled[c][s]["n"] == 1 for c in pooled for s in coldwarm.STAGES)
 
 
-def _quant_demo(dev: Device) -> bool:
+def _quant_demo(dev: Device, results: dict[str, Any]) -> bool:
     """RTN quantization per tensor vs per channel, then the three matvec modes."""
     from ..kernels.matvec import matvec
     from ..kernels.quant import dequantize, quantize
@@ -103,6 +133,13 @@ def _quant_demo(dev: Device) -> bool:
     r_hat = dequantize(seed)[0, 2]
     seed_ok = seed.zero_point == 64 and seed.q[0, 2] == 147 and abs(r_hat - 1.302) < 1e-3
     ok &= bool(seed_ok)
+    results["quant_seed"] = {
+        "scale": float(seed.scale),
+        "zero_point": int(seed.zero_point),
+        "q": int(seed.q[0, 2]),
+        "dequantized": float(r_hat),
+        "ok": bool(seed_ok),
+    }
     print(
         f"\nquantization of the seed example (range [-1, 3] on uint8): s = {float(seed.scale):.6f} "
         f"(4/255), z = {int(seed.zero_point)}, 1.3 -> {seed.q[0, 2]} -> {r_hat:.4f}  "
@@ -121,6 +158,11 @@ def _quant_demo(dev: Device) -> bool:
         e = quant_error(w, qt, x)
         ok &= same and e.holds()
         label = "per channel" if per_channel else "per tensor"
+        results.setdefault("quant_layer", {})[label.replace(" ", "_")] = {
+            "q_equals_reference": bool(same),
+            "bounds_hold": bool(e.holds()),
+            "mean_rms_err": float(np.mean(e.rms_err)),
+        }
         label += " (q = numpy)" if same else " (q DIFFERS)"
         print("  " + format_report(label, e))
     exact = w.astype(np.float64) @ x
@@ -139,6 +181,12 @@ def _quant_demo(dev: Device) -> bool:
             vs_ref = "bit for bit" if good else "DIFFERS"
         rel = np.sqrt(np.mean((y - exact) ** 2) / np.mean(exact**2))
         ok &= good
+        results.setdefault("matvec", {})[activations] = {
+            "vs_reference": vs_ref,
+            "rel_rms_vs_float64": float(rel),
+            "wall_ms": wall_ms,
+            "ok": good,
+        }
         print(
             f"  {activations:<5} {vs_ref:<22} rms(y - Wx) / rms(Wx) {rel:.1e}  {wall_ms:.2f} ms  "
             f"{'ok' if good else 'FAIL'}"

@@ -10,6 +10,8 @@ Exit 1 if a worst-case bound fails.
 from __future__ import annotations
 
 import argparse
+import json
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--asymmetric", action="store_true", help="asymmetric (uint8, zero point)")
     p.add_argument("--seed", type=int, default=0, help="random seed for the layer and x")
     p.add_argument("--top", type=int, default=5, help="rows to list, closest to their bound first")
+    p.add_argument(
+        "--json", action="store_true", help="print the per-row errors and bounds as JSON"
+    )
     p.set_defaults(func=run)
 
 
@@ -49,6 +54,24 @@ def _matrix(args: argparse.Namespace) -> np.ndarray:
     return w.astype(np.float32)
 
 
+def _summary(e: Any) -> dict[str, Any]:
+    """Worst ratios to the bounds, and every per-row array, JSON-ready."""
+    rows = {
+        name: getattr(e, name).tolist()
+        for name in ("scale", "max_err", "bound_max", "rms_err", "typical_rms")
+        + ("out_err", "bound_out", "typical_out")
+        if getattr(e, name) is not None
+    }
+    worst = {
+        "max_err/bound_max": float(np.max(e.max_err / e.bound_max)),
+        "rms_err/typical_rms": float(np.max(e.rms_err / e.typical_rms)),
+    }
+    if e.out_err is not None:
+        worst["out_err/bound_out"] = float(np.max(e.out_err / e.bound_out))
+        worst["out_err/typical_out"] = float(np.max(e.out_err / e.typical_out))
+    return {"holds": bool(e.holds()), "worst": worst, "rows": rows}
+
+
 def run(args: argparse.Namespace) -> int:
     w = _matrix(args)
     m, n = w.shape
@@ -56,15 +79,25 @@ def run(args: argparse.Namespace) -> int:
     symmetric = not args.asymmetric
     kind = "symmetric" if symmetric else "asymmetric"
     ok = True
+    report: dict[str, Any] = {"shape": [m, n], "bits": args.bits, "symmetric": symmetric}
     with Device(args.device) as dev:
-        print(f"{m} x {n} weights, {args.bits}-bit {kind} RTN on {dev.info.name}")
+        report["device"] = dev.info.name
+        if not args.json:
+            print(f"{m} x {n} weights, {args.bits}-bit {kind} RTN on {dev.info.name}")
         for per_channel in (False, True):
             qt = quantize(
                 w, bits=args.bits, symmetric=symmetric, per_channel=per_channel, device=dev
             )
             e = quant_error(w, qt, x)
             ok &= e.holds()
-            print("  " + format_report("per channel" if per_channel else "per tensor", e))
+            label = "per channel" if per_channel else "per tensor"
+            report[label.replace(" ", "_")] = _summary(e)
+            if not args.json:
+                print("  " + format_report(label, e))
+    if args.json:
+        report["holds"] = bool(ok)
+        print(json.dumps(report))
+        return 0 if ok else 1
     assert e.out_err is not None and e.bound_out is not None
     ratio = e.max_err / e.bound_max
     print(f"\nper channel, the {min(args.top, m)} rows closest to their bound:")
