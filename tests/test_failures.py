@@ -198,10 +198,8 @@ def test_unknown_device_from_environment_api_and_cli():
 
 
 NO_DRIVER_ENV = {"VK_ICD_FILENAMES": "", "VK_DRIVER_FILES": ""}
-
-
-def test_no_driver_api_raises_vulkan_error():
-    code = """
+# Creating a device, listing devices and running a kernel: each must raise VulkanError.
+API_CALLS_PROBE = """
         import numpy as np
         import vkcore
         calls = (vkcore.Device, vkcore.devices, lambda: vkcore.softmax(np.ones(3, np.float32)))
@@ -211,8 +209,11 @@ def test_no_driver_api_raises_vulkan_error():
                 print("no error")
             except vkcore.VulkanError as exc:
                 print("VulkanError", exc)
-    """
-    out = run_python(textwrap.dedent(code), env=NO_DRIVER_ENV)
+"""
+
+
+def test_no_driver_api_raises_vulkan_error():
+    out = run_python(textwrap.dedent(API_CALLS_PROBE), env=NO_DRIVER_ENV)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     assert len(lines) == 3
@@ -250,17 +251,7 @@ NO_LOADER_PRELUDE = """
 
 
 def test_no_loader_api_raises_vulkan_error():
-    code = textwrap.dedent(NO_LOADER_PRELUDE) + textwrap.dedent("""
-        import numpy as np
-        import vkcore
-        calls = (vkcore.Device, vkcore.devices, lambda: vkcore.softmax(np.ones(3, np.float32)))
-        for attempt in calls:
-            try:
-                attempt()
-                print("no error")
-            except vkcore.VulkanError as exc:
-                print("VulkanError", exc)
-    """)
+    code = textwrap.dedent(NO_LOADER_PRELUDE) + textwrap.dedent(API_CALLS_PROBE)
     out = run_python(code)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from checks import assert_matvec_matches
 
 import vkcore
 from vkcore import vkapi
@@ -140,12 +141,9 @@ def matvec_quantized(resident: ResidentWeights) -> Call:
         x = (rng.standard_normal(n) * 2).astype(np.float32)
         bias = rng.standard_normal(m).astype(np.float32) if with_bias else None
         y = vkcore.matvec(qt, x, bias=bias, activations=activations, device=dev)
-        want = vkcore.reference.matvec(q, s, z, x, bias, activations)
-        if activations == "float":
-            scale = float(np.abs(want).max()) + 1.0
-            np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5 * scale)
-        else:
-            np.testing.assert_array_equal(y, want)
+        assert_matvec_matches(
+            y, vkcore.reference.matvec(q, s, z, x, bias, activations), activations
+        )
 
     return call
 

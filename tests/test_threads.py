@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from checks import assert_matvec_matches
 
 import vkcore
 from vkcore.commands import Dispatch
@@ -253,12 +254,9 @@ def test_eight_threads_quantize_and_matvec(device):
 
     def check_matvec(qt, q, s, z, x, bias, activations):
         y = vkcore.matvec(qt, x, bias=bias, activations=activations, device=device)
-        want = vkcore.reference.matvec(q, s, z, x, bias, activations)
-        if activations == "float":
-            scale = float(np.abs(want).max()) + 1.0
-            np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5 * scale)
-        else:
-            np.testing.assert_array_equal(y, want)
+        assert_matvec_matches(
+            y, vkcore.reference.matvec(q, s, z, x, bias, activations), activations
+        )
 
     def work(index: int) -> int:
         local = np.random.default_rng(300 + index)
