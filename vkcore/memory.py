@@ -358,10 +358,14 @@ _HOST_ALLOCATION = 0x80  # VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EX
 
 
 def can_import_host(device: Device) -> bool:
-    """True when ``device`` can wrap host memory as a buffer (VK_EXT_external_memory_host)."""
+    """True when kernels should wrap numpy memory as buffers instead of copying it:
+    the device imports host memory (VK_EXT_external_memory_host) and shares the host's
+    memory (a CPU or integrated device). A discrete GPU would read imported memory over
+    the bus on every pass, so there one upload to device-local memory is cheaper."""
     return (
         "VK_EXT_external_memory_host" in getattr(device, "enabled_extensions", ())
         and device.info.min_imported_host_pointer_alignment > 0
+        and device.info.device_type in ("cpu", "integrated")
     )
 
 
