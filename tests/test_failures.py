@@ -212,14 +212,19 @@ API_CALLS_PROBE = """
 """
 
 
-def test_no_driver_api_raises_vulkan_error():
-    out = run_python(textwrap.dedent(API_CALLS_PROBE), env=NO_DRIVER_ENV)
+def assert_every_call_raised(out: subprocess.CompletedProcess, message: str, hint: str) -> None:
+    """Each of API_CALLS_PROBE's three calls printed a VulkanError with ``message``."""
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     assert len(lines) == 3
     for line in lines:
-        assert line.startswith("VulkanError") and "no Vulkan driver found" in line, line
-        assert "mesa-vulkan-drivers" in line
+        assert line.startswith("VulkanError") and message in line, line
+        assert hint in line
+
+
+def test_no_driver_api_raises_vulkan_error():
+    out = run_python(textwrap.dedent(API_CALLS_PROBE), env=NO_DRIVER_ENV)
+    assert_every_call_raised(out, "no Vulkan driver found", "mesa-vulkan-drivers")
 
 
 @pytest.mark.parametrize("command", [["info"], ["demo", "--rows", "2", "--cols", "8"]])
@@ -252,13 +257,7 @@ NO_LOADER_PRELUDE = """
 
 def test_no_loader_api_raises_vulkan_error():
     code = textwrap.dedent(NO_LOADER_PRELUDE) + textwrap.dedent(API_CALLS_PROBE)
-    out = run_python(code)
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.strip().splitlines()
-    assert len(lines) == 3
-    for line in lines:
-        assert line.startswith("VulkanError") and "no Vulkan loader found" in line, line
-        assert "libvulkan1" in line
+    assert_every_call_raised(run_python(code), "no Vulkan loader found", "libvulkan1")
 
 
 def test_no_loader_cli_one_line():

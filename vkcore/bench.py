@@ -306,21 +306,26 @@ def softmax_vs_numpy(
 ) -> Iterator[Comparison]:
     """numpy softmax against vkcore's, numpy in/out and then on resident tensors."""
     x = rng.standard_normal(shape, dtype=np.float32)
-    nbytes = 8 * x.size
-    base, cand, dev_s = side_by_side(
-        lambda: numpy_softmax(x), lambda: vkcore.softmax(x, device=dev), repeats, device=dev
-    )
-    yield Comparison(
+
+    def against_numpy(group: str, title: str, candidate: Callable[[], Any]) -> Comparison:
+        base, cand, dev_s = side_by_side(lambda: numpy_softmax(x), candidate, repeats, device=dev)
+        return Comparison(
+            group,
+            title,
+            shape,
+            "wall",
+            "numpy exp/sum",
+            "vkcore online",
+            baseline_s=base,
+            candidate_s=cand,
+            candidate_device_s=dev_s,
+            min_bytes=8 * x.size,
+        )
+
+    yield against_numpy(
         "softmax_vs_numpy_e2e",
         "softmax vs numpy (wall, numpy in/out)",
-        shape,
-        "wall",
-        "numpy exp/sum",
-        "vkcore online",
-        base,
-        cand,
-        dev_s,
-        nbytes,
+        lambda: vkcore.softmax(x, device=dev),
     )
     t = vkcore.asarray(x, device=dev)
 
@@ -329,21 +334,11 @@ def softmax_vs_numpy(
         assert y.buffer is not None
         y.buffer.destroy()
 
-    base, cand, dev_s = side_by_side(lambda: numpy_softmax(x), resident, repeats, device=dev)
+    yield against_numpy(
+        "softmax_vs_numpy_resident", "softmax vs numpy (wall, Tensor in/out)", resident
+    )
     assert t.buffer is not None
     t.buffer.destroy()
-    yield Comparison(
-        "softmax_vs_numpy_resident",
-        "softmax vs numpy (wall, Tensor in/out)",
-        shape,
-        "wall",
-        "numpy exp/sum",
-        "vkcore online",
-        base,
-        cand,
-        dev_s,
-        nbytes,
-    )
 
 
 def tiny_overhead(dev: Device, repeats: int, rng: Any) -> Iterator[Comparison]:

@@ -519,11 +519,6 @@ def _load_average() -> list[float] | None:
         return None
 
 
-def _tick(progress: Progress | None, done: int, total: int, label: str) -> None:
-    if progress is not None:
-        progress(done, total, label)
-
-
 def _folders(base: Path) -> tuple[str, str, str]:
     folders = (base / "vkcore", base / "driver", base / "xdg")
     for f in folders:

@@ -557,10 +557,6 @@ class BufferPool:
             while self._free:
                 self._free.pop().destroy()
 
-    @property
-    def free_bytes(self) -> int:
-        return sum(b.nbytes for b in self._free if b.alive)
-
 
 _pools: weakref.WeakKeyDictionary[Device, BufferPool] = per_device_map()
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import struct
 import weakref
@@ -75,10 +74,6 @@ def check_binding_size(device: Device, nbytes: int, name: str) -> None:
             f"{name} needs {nbytes} bytes in one storage buffer, more than this device's "
             f"maxStorageBufferRange ({limit} bytes); split it into smaller arrays"
         )
-
-
-def prod(shape: tuple[int, ...]) -> int:
-    return math.prod(shape)
 
 
 def texel_format(device: Device, buffer: Buffer, fmt: str) -> str | None:
