@@ -304,19 +304,22 @@ def quantize(
     w_rows = min(q_rows, rows_per_buffer(dev, 4 * n, "float32 weights"))
     scale_t = _upload(s.reshape(() if not per_channel else (m,)), dev)
     zero_t = _upload(z.reshape(() if not per_channel else (m,)), dev)
-    params = Buffer(dev, max(16, device_params(s, z).nbytes))
+    pool = buffer_pool(dev)
+    params = pool.acquire(max(16, device_params(s, z).nbytes))
     params.write(device_params(s, z))
     chunks: list[Chunk] = []
     try:
+        # Leased: a released QuantizedTensor's memory (pages already touched) serves the
+        # next quantize of that size; fresh pages cost more to fault in than the kernel.
         for row0, rows in row_slices(m, q_rows):
-            chunks.append(Chunk(row0, rows, Buffer(dev, rows * row_bytes)))
+            chunks.append(Chunk(row0, rows, pool.lease(rows * row_bytes)))
         _run_quantize(dev, w32, chunks, params, w_rows, bits, symmetric, per_channel)
     except BaseException:
         for ch in chunks:
             ch.buffer.destroy()
         raise
     finally:
-        params.destroy()
+        pool.release(params)
     return QuantizedTensor(dev, (m, n), bits, symmetric, per_channel, chunks, scale_t, zero_t)
 
 
