@@ -135,3 +135,20 @@ def test_bad_options_are_usage_errors(capsys):
     assert main(["bench", "--plot", "out.svg"]) == 2
     err = capsys.readouterr().err
     assert "--repeats" in err and "--plot" in err
+
+
+@pytest.mark.parametrize(("repeats", "block"), [(4, 1), (5, 2), (6, 3), (3, 5)])
+def test_side_by_side_runs_blocks_in_alternating_order(repeats, block):
+    calls: list[str] = []
+    base, cand, dev_s = bench.side_by_side(
+        lambda: calls.append("b"), lambda: calls.append("c"), repeats, block=block
+    )
+    assert len(base) == len(cand) == repeats and dev_s == []
+    timed = "".join(calls[2:])  # after one warm-up call of each
+    assert calls[:2] == ["b", "c"] and timed.count("b") == timed.count("c") == repeats
+    expected = []
+    for i in range(-(-repeats // block)):
+        size = min(block, repeats - i * block)
+        first, second = ("b", "c") if i % 2 == 0 else ("c", "b")
+        expected += [first * size, second * size]
+    assert "".join(expected) == timed

@@ -346,3 +346,24 @@ def test_read_only_weights_are_copied(device, rng, monkeypatch):
     w.flags.writeable = False
     assert quant._import_rows(device, w, 4) == 0
     check_against_reference(vkcore.quantize(w, device=device), w, 8, True, True)
+
+
+def test_released_weights_memory_serves_the_next_quantize(device, rng):
+    """Output memory is leased from the device's pool: a released QuantizedTensor's
+    buffers come back and are overwritten by the next quantize of that size, while a
+    QuantizedTensor still alive is never touched."""
+    shape = (64, 1024)
+    w1, w2, w3 = (rng.standard_normal(shape).astype(np.float32) for _ in range(3))
+    kept = vkcore.quantize(w1, device=device)
+    kept_q = kept.q.copy()
+    second = vkcore.quantize(w2, device=device)
+    handles = {ch.buffer.handle for ch in second.chunks}
+    assert handles.isdisjoint(ch.buffer.handle for ch in kept.chunks)
+    second.release()
+    third = vkcore.quantize(w3, device=device)
+    assert {ch.buffer.handle for ch in third.chunks} == handles  # the pages came back
+    check_against_reference(third, w3, 8, True, True)
+    assert np.array_equal(kept.q, kept_q)
+    check_against_reference(kept, w1, 8, True, True)
+    kept.release()
+    third.release()

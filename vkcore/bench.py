@@ -176,30 +176,42 @@ def side_by_side(
     *,
     device: Device | None = None,
     candidate_clock: Clock = "wall",
+    block: int = 1,
+    settle: float = 0.0,
 ) -> tuple[list[float], list[float], list[float]]:
-    """Alternate the two calls ``repeats`` times after one warm-up of each.
+    """Alternate the two calls, ``block`` timed calls of one side at a time, until each
+    side has ``repeats`` samples, after one warm-up of each; the order of the two sides
+    alternates from round to round.
 
     Returns baseline seconds, candidate seconds (on ``candidate_clock``) and the
-    candidate's device seconds (empty without a device). Order alternates every repeat.
+    candidate's device seconds (empty without a device). ``settle`` seconds of rest go
+    between blocks, for a call that leaves threads busy behind it: OpenBLAS workers spin
+    for about 0.1 s after a product, and on 2 cores they take lavapipe's threads away
+    from whatever runs next (measured: an INT8 matvec right after ``W @ x`` takes 4.6 ms,
+    2.9 ms after a rest). Blocks let each side run back to back, as it would in a loop.
     """
     baseline()
     candidate()
     base: list[float] = []
     cand: list[float] = []
     dev_s: list[float] = []
-    for i in range(repeats):
-        order = (0, 1) if i % 2 == 0 else (1, 0)
-        for which in order:
-            start = time.perf_counter()
-            (baseline if which == 0 else candidate)()
-            wall = time.perf_counter() - start
-            if which == 0:
-                base.append(wall)
-                continue
-            seconds = device.submitter.last_device_seconds if device is not None else None
-            if seconds is not None:
-                dev_s.append(seconds)
-            cand.append(seconds if candidate_clock == "device" and seconds is not None else wall)
+    for i in range(-(-repeats // block)):
+        for which in (0, 1) if i % 2 == 0 else (1, 0):
+            time.sleep(settle)
+            for _ in range(min(block, repeats - i * block)):
+                start = time.perf_counter()
+                (baseline if which == 0 else candidate)()
+                wall = time.perf_counter() - start
+                if which == 0:
+                    base.append(wall)
+                    continue
+                seconds = device.submitter.last_device_seconds if device is not None else None
+                if seconds is not None:
+                    dev_s.append(seconds)
+                cand.append(
+                    seconds if candidate_clock == "device" and seconds is not None else wall
+                )
+    time.sleep(settle)
     return base, cand, dev_s
 
 
@@ -250,6 +262,10 @@ def numpy_quantize(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 # ---------------------------------------------------------------------------- comparisons
 SMALL_SHAPE_ELEMENTS = 1 << 16
+# The BLAS comparison runs each side in blocks of BLAS_BLOCK calls with BLAS_SETTLE seconds
+# of rest between blocks (see side_by_side): OpenBLAS threads spin after each product.
+BLAS_BLOCK = 5
+BLAS_SETTLE = 0.2
 SMALL_SHAPE_REPEAT_FACTOR = 5
 
 
@@ -404,7 +420,12 @@ def matvec_comparisons(
                 m * n + 4 * (n + m),
             )
             base, cand, dev_s = side_by_side(
-                partial(np.matmul, w, x), int8_call, repeats, device=dev
+                partial(np.matmul, w, x),
+                int8_call,
+                repeats,
+                device=dev,
+                block=BLAS_BLOCK,
+                settle=BLAS_SETTLE,
             )
             yield Comparison(
                 "int8_vs_blas",
