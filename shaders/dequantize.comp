@@ -1,16 +1,33 @@
 #version 450
-// W_hat = s * (q - z), one output float per invocation: a single correctly rounded
-// multiply of the exact integer q - z, so the result equals numpy's float32 product.
+// W_hat = s * (q - z): one invocation dequantizes one 16-byte block (16 columns) of each
+// of ROWS consecutive rows. Each value is a single correctly rounded float32 multiply of
+// the exact integer q - z, so the result equals numpy's float32 product bit for bit.
+//
+// TEXEL 1: the blocks are read through a uniform texel buffer (rgba32ui view), the
+// driver's vectorized texture path on lavapipe. VEC 1 (row length a multiple of 4): the
+// block is written as four vec4 stores; VEC 0: as 16 float stores. Columns past the row
+// end (the padding of the last block) are not written.
 layout(local_size_x_id = 0) in;
 
-layout(std430, binding = 0) readonly buffer Q { uint q[]; };
+#if TEXEL
+#extension GL_EXT_samplerless_texture_functions : require
+layout(binding = 0) uniform utextureBuffer q_texels;
+#define QBLOCK(i) texelFetch(q_texels, int(i))
+#else
+layout(std430, binding = 0) readonly buffer Q { uvec4 q4[]; };
+#define QBLOCK(i) q4[i]
+#endif
 layout(std430, binding = 1) readonly buffer S { float scale[]; };
 layout(std430, binding = 2) readonly buffer Z { int zero_point[]; };
+#if VEC
+layout(std430, binding = 3) writeonly buffer Y { vec4 y4[]; };
+#else
 layout(std430, binding = 3) writeonly buffer Y { float y[]; };
+#endif
 
 layout(push_constant) uniform Push {
     uint n;             // columns
-    uint row_words;     // words per stored row
+    uint row_blocks;    // 16-byte blocks per stored row
     uint rows;          // rows in this dispatch
     uint q_row0;        // first row of this dispatch in the Q chunk
     uint row0;          // global index of the first row
@@ -19,14 +36,35 @@ layout(push_constant) uniform Push {
     uint is_signed;     // 1: int8 storage, 0: uint8 storage
 } pc;
 
-void main() {
-    uint col = gl_GlobalInvocationID.x;
-    uint r = gl_GlobalInvocationID.y;
-    if (col >= pc.n || r >= pc.rows) return;
-    uint word = q[(pc.q_row0 + r) * pc.row_words + col / 4u];
-    int offset = int(8u * (col % 4u));
-    int v = pc.is_signed != 0u ? bitfieldExtract(int(word), offset, 8) : int(bitfieldExtract(word, offset, 8));
+// The four bytes of a word as integers, sign-extended for int8 storage.
+ivec4 bytes_of(uint word) {
+    ivec4 u = ivec4(word & 0xffu, (word >> 8u) & 0xffu, (word >> 16u) & 0xffu, word >> 24u);
+    return pc.is_signed != 0u ? u - (ivec4(greaterThan(u, ivec4(127))) << 8) : u;
+}
+
+void dequantize_block(uint block, uint r) {
     uint g = (pc.row0 + r) * pc.group_stride;
-    precise float value = scale[g] * float(v - zero_point[g]);
-    y[(pc.y_row0 + r) * pc.n + col] = value;
+    float s = scale[g];
+    int z = zero_point[g];
+    uvec4 words = QBLOCK((pc.q_row0 + r) * pc.row_blocks + block);
+    uint col0 = block * 16u;
+    uint base = (pc.y_row0 + r) * pc.n + col0;  // in floats
+    for (uint k = 0u; k < 4u; ++k) {
+        precise vec4 v = s * vec4(bytes_of(words[k]) - z);
+#if VEC
+        if (col0 + 4u * k < pc.n) y4[base / 4u + k] = v;
+#else
+        for (uint j = 0u; j < 4u; ++j) {
+            if (col0 + 4u * k + j < pc.n) y[base + 4u * k + j] = v[j];
+        }
+#endif
+    }
+}
+
+void main() {
+    uint block = gl_GlobalInvocationID.x;
+    if (block >= pc.row_blocks) return;
+    uint r_end = min(pc.rows, (gl_WorkGroupID.y + 1u) * ROWS);
+    // Several rows per invocation: lavapipe pays a fixed cost per workgroup.
+    for (uint r = gl_WorkGroupID.y * ROWS; r < r_end; ++r) dequantize_block(block, r);
 }

@@ -83,6 +83,15 @@ def tour_quantization(device: vkcore.Device, rng: np.random.Generator) -> list[s
         w_hat = vkcore.dequantize(qt)
         assert np.array_equal(w_hat, reference.dequantize(q, scale, zero)), f"dequantize {case}"
         done += [f"quantize {case}", f"dequantize {case}"]
+        odd = w[:, :99]  # a row length that is not a multiple of 4: scalar stores
+        qt_odd = vkcore.quantize(
+            odd, bits=bits, symmetric=symmetric, per_channel=per_channel, device=device
+        )
+        expect = reference.dequantize(
+            *reference.quantize(odd, bits=bits, symmetric=symmetric, per_channel=per_channel)
+        )
+        assert np.array_equal(vkcore.dequantize(qt_odd), expect), f"dequantize {case}, n=99"
+        qt_odd.release()
         for activations in ("float", "int8", "uint8"):
             y = vkcore.matvec(qt, x, bias=bias, activations=activations)
             ref = reference.matvec(q, scale, zero, x, bias, activations=activations)

@@ -233,6 +233,22 @@ def test_weights_split_across_buffers(device, rng, monkeypatch):
         check_against_reference(qt, w, 8, symmetric, per_channel)
 
 
+def test_dequantize_in_place_across_weight_buffers(device, rng, monkeypatch):
+    """Weights split over several buffers, dequantized straight into one imported result
+    (each chunk's rows land at their own place)."""
+    from vkcore.kernels import _common
+
+    monkeypatch.setattr(quant, "binding_limit", lambda dev: 256)  # 16 weight rows a buffer
+    monkeypatch.setattr(_common, "POOLED_RESULT_BYTES", 0)  # every result from the pool
+    w = rng.standard_normal((30, 2)).astype(np.float32)  # 8-byte result rows: 32 a buffer
+    for symmetric, per_channel in MODES:
+        qt = vkcore.quantize(w, symmetric=symmetric, per_channel=per_channel, device=device)
+        assert len(qt.chunks) == 2
+        w_hat = vkcore.dequantize(qt)
+        assert type(w_hat.base).__name__ == "_Lent"
+        check_against_reference(qt, w, 8, symmetric, per_channel)
+
+
 def test_row_longer_than_a_binding_is_refused(device, monkeypatch):
     monkeypatch.setattr(quant, "binding_limit", lambda dev: 64)
     with pytest.raises(ValueError, match="binding limit"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 import weakref
@@ -11,7 +12,7 @@ import numpy as np
 
 from .. import config
 from ..device import Device, per_device_map
-from ..memory import Buffer, Tensor
+from ..memory import Buffer, Tensor, host_pool
 
 _FLOAT_KINDS = ("f",)
 _dummies: weakref.WeakKeyDictionary[Device, Buffer] = per_device_map()
@@ -42,6 +43,18 @@ def float_input(x: Any, name: str) -> np.ndarray | Tensor:
 def as_float32(arr: np.ndarray) -> np.ndarray:
     """C-contiguous float32 (a copy only when needed; the input is never written)."""
     return np.ascontiguousarray(arr, dtype=np.float32)
+
+
+# numpy results at least this large come from the device's host pool (HostArrayPool);
+# smaller ones are plain np.empty arrays, which malloc recycles cheaply anyway.
+POOLED_RESULT_BYTES = 1 << 20
+
+
+def result_array(device: Device, shape: tuple[int, ...]) -> np.ndarray:
+    """An uninitialized float32 result: recycled pages (already touched) when large."""
+    if math.prod(shape) * 4 >= POOLED_RESULT_BYTES:
+        return host_pool(device).empty(shape, np.float32)[0]
+    return np.empty(shape, dtype=np.float32)
 
 
 def dummy_buffer(device: Device) -> Buffer:

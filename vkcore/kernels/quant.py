@@ -39,7 +39,7 @@ import numpy as np
 from .. import spirv
 from ..commands import Dispatch
 from ..device import Device, resolve
-from ..memory import Buffer, HostBuffer, Tensor, buffer_pool, can_import_host
+from ..memory import Buffer, HostBuffer, Tensor, buffer_pool, can_import_host, host_pool
 from . import _common as c
 
 WORKGROUP = 64
@@ -52,7 +52,9 @@ spirv.register_variants(
     "quantize.comp",
     [{"VEC": v, "TEXEL": t, "ROWS": QUANT_ROWS} for v, t in ((1, 1), (1, 0), (0, 0))],
 )
-spirv.register_variants("dequantize.comp", [{}])
+spirv.register_variants(
+    "dequantize.comp", spirv.define_grid(VEC=[0, 1], TEXEL=[0, 1], ROWS=[QUANT_ROWS])
+)
 _PARAMS = np.dtype([("s_norm", "<f4"), ("f1", "<f4"), ("f2", "<f4"), ("z", "<i4")])
 
 
@@ -445,35 +447,47 @@ def dequantize(qt: QuantizedTensor, *, device: Device | None = None) -> np.ndarr
     dev = qt.device
     dev.check()
     m, n = qt.shape
-    out = np.empty((m, n), dtype=np.float32)
     y_rows = rows_per_buffer(dev, 4 * n, "dequantized weights")
-    pipe = dev.pipeline("dequantize.comp", spec={0: WORKGROUP}, buffers=4, push_size=32)
-    words = qt.row_bytes // 4
+    pool = buffer_pool(dev)
+    direct = None  # the result array's own pages, imported: the kernel writes it in place
+    if m <= y_rows and 4 * m * n >= c.POOLED_RESULT_BYTES and can_import_host(dev):
+        out, direct = host_pool(dev).empty((m, n), np.float32, imported=True)
+    else:
+        out = c.result_array(dev, (m, n))
+    vec = int(n % 4 == 0)
     scale_buf, zero_buf = qt.scale_tensor.buffer, qt.zero_point_tensor.buffer
     assert scale_buf is not None and zero_buf is not None
-    ybuf = Buffer(dev, min(m, y_rows) * n * 4)
+    texel = all(c.texel_format(dev, ch.buffer, "rgba32ui") for ch in qt.chunks)
+    pipe = dev.pipeline(
+        "dequantize.comp",
+        defines={"VEC": vec, "TEXEL": int(texel), "ROWS": QUANT_ROWS},
+        spec={0: WORKGROUP},
+        buffers=4,
+        push_size=32,
+        texel={0: "rgba32ui"} if texel else None,
+    )
+    blocks = qt.row_bytes // BLOCK
+    # Otherwise a reused device buffer (fresh pages would fault inside the kernel) and a copy.
+    ybuf = direct if direct is not None else pool.acquire(min(m, y_rows) * n * 4)
     try:
         for ch in qt.chunks:
             for start, rows in row_slices(ch.rows, y_rows):
                 steps = []
-                for first, count in row_slices(rows, grid_rows(dev)):
+                for first, count in row_slices(rows, grid_rows(dev) * QUANT_ROWS):
                     row = ch.row0 + start + first
+                    y_row = row if direct is not None else first  # row in ybuf
+                    signed = int(qt.symmetric)
                     push = c.pack_u32(
-                        n,
-                        words,
-                        count,
-                        start + first,
-                        row,
-                        first,
-                        int(qt.per_channel),
-                        int(qt.symmetric),
+                        n, blocks, count, start + first, row, y_row, int(qt.per_channel), signed
                     )
-                    groups = (column_groups(dev, n), count, 1)
+                    groups = (column_groups(dev, blocks), c.ceil_div(count, QUANT_ROWS), 1)
                     steps.append(
                         Dispatch(pipe, (ch.buffer, scale_buf, zero_buf, ybuf), push, groups)
                     )
                 dev.submitter.run(steps)
-                ybuf.read(out[ch.row0 + start : ch.row0 + start + rows])
+                if direct is None:
+                    ybuf.read(out[ch.row0 + start : ch.row0 + start + rows])
     finally:
-        ybuf.destroy()
+        if direct is None:
+            pool.release(ybuf)
     return out

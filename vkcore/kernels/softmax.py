@@ -12,7 +12,6 @@ Accuracy against a float64 reference: max abs error <= 1e-6, rows sum to 1 withi
 
 from __future__ import annotations
 
-import math
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -186,7 +185,7 @@ def softmax(
     if arr.size and _importable(dev, arr):
         out = _softmax_imported(dev, arr, algorithm)
     else:
-        out = _result_array(dev, arr.shape)
+        out = c.result_array(dev, arr.shape)
         if arr.size:
             _softmax_numpy(dev, arr, out, algorithm)
     return out if last else np.moveaxis(out, -1, axis)
@@ -202,14 +201,6 @@ def _importable(dev: Device, arr: np.ndarray) -> bool:
     align = dev.info.min_imported_host_pointer_alignment
     span = arr.ctypes.data % align + arr.nbytes
     return -(-span // align) * align <= dev.info.max_storage_buffer_range
-
-
-def _result_array(dev: Device, shape: tuple[int, ...]) -> np.ndarray:
-    """A float32 result array: from the device's host pool when large (pages already
-    touched, see HostArrayPool), else a plain np.empty."""
-    if math.prod(shape) * 4 >= IMPORT_MIN_BYTES:
-        return host_pool(dev).empty(shape, np.float32)[0]
-    return np.empty(shape, dtype=np.float32)
 
 
 def _softmax_imported(dev: Device, arr: np.ndarray, algorithm: str) -> np.ndarray:
