@@ -383,3 +383,86 @@ def test_released_weights_memory_serves_the_next_quantize(device, rng):
     check_against_reference(kept, w1, 8, True, True)
     kept.release()
     third.release()
+
+
+# ------------------------------------------- symmetric per channel: scales on the device
+@pytest.fixture
+def device_scales_calls(monkeypatch):
+    """Counts the calls that took the scales-on-device path (quantize_rows.comp)."""
+    calls = []
+    real = quant._quantize_rows
+
+    def spy(*args, **kwargs):
+        calls.append(args[2].shape)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(quant, "_quantize_rows", spy)
+    return calls
+
+
+def _magnitude_rows(rng, rows, n):
+    """Rows whose max|w| covers the float32 range: log-uniform from 2^-126 to 2^127, with
+    rows whose scale is subnormal (max|w| < 127 * 2^-126), rows of only subnormals, zero
+    rows, the largest float and exact powers of two."""
+    w = rng.uniform(-1, 1, (rows, n)).astype(np.float32)
+    amax = np.exp2(rng.uniform(-126, 127.9, rows)).astype(np.float32)
+    amax[:40] = np.exp2(rng.uniform(-126, -117, 40)).astype(np.float32)
+    amax[40:48] = np.exp2(np.arange(-126, -118)).astype(np.float32)
+    amax[48] = np.finfo(np.float32).max
+    amax[49] = np.finfo(np.float32).tiny
+    w *= amax[:, None]
+    w[np.arange(rows), rng.integers(0, n, rows)] = amax * rng.choice([-1, 1], rows)
+    w[50] = np.float32(1e-40) * rng.uniform(-1, 1, n).astype(np.float32)  # subnormal only
+    w[51] = 0
+    return w
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 5, 8])
+def test_device_scales_match_the_host_bit_for_bit(device, rng, bits, device_scales_calls):
+    w = _magnitude_rows(rng, 600, 24)  # 24 columns: one whole block and half of another
+    qt = vkcore.quantize(w, bits=bits, device=device)
+    assert device_scales_calls == [w.shape]
+    q, s, z = reference.quantize(w, bits, True, True)
+    bad = np.flatnonzero(qt.scale.view(np.uint32) != s.view(np.uint32))
+    assert bad.size == 0, f"scale of row {bad[:5]}: {qt.scale[bad[:5]]} vs {s[bad[:5]]}"
+    with np.errstate(over="ignore"):  # 127 * s rounds past the largest float in one row
+        check_against_reference(qt, w, bits, True, True)
+    if bits > 2:  # qmax > 1: some of the first 40 rows have subnormal scales
+        assert (qt.scale[:40] < np.finfo(np.float32).tiny).any()
+    qt.release()
+
+
+@pytest.mark.parametrize("bad", [np.nan, -np.nan, np.inf, -np.inf])
+def test_device_scales_path_names_non_finite_positions(device, bad, device_scales_calls):
+    w = np.ones((5, 8), np.float32)
+    w[2, 3] = bad
+    w[4, 0] = bad
+    with pytest.raises(ValueError, match=r"w\[2, 3\]"):
+        vkcore.quantize(w, device=device)
+    assert device_scales_calls == [w.shape]
+    big = np.ones((2, 8))
+    big[1, 6] = 1e39
+    with pytest.raises(ValueError, match=r"w\[1, 6\].*float32 range"):
+        vkcore.quantize(big, device=device)
+
+
+def test_device_scales_past_the_grid_width(device, rng, device_scales_calls):
+    """More rows than maxComputeWorkGroupCount[0]: the grid wraps onto a second line."""
+    width = device.info.max_compute_work_group_count[0]
+    w = rng.standard_normal((width + 3, 4)).astype(np.float32)
+    qt = vkcore.quantize(w, device=device)
+    assert device_scales_calls == [w.shape]
+    check_against_reference(qt, w, 8, True, True)
+    qt.release()
+
+
+def test_device_scales_can_be_turned_off(device, rng, monkeypatch, device_scales_calls):
+    w = _magnitude_rows(rng, 64, 8)
+    monkeypatch.setenv("VKCORE_DEVICE_SCALES", "0")
+    host = vkcore.quantize(w, device=device)
+    assert device_scales_calls == []
+    monkeypatch.delenv("VKCORE_DEVICE_SCALES")
+    on_device = vkcore.quantize(w, device=device)
+    assert device_scales_calls == [w.shape]
+    assert np.array_equal(host.q, on_device.q)
+    assert np.array_equal(host.scale.view(np.uint32), on_device.scale.view(np.uint32))

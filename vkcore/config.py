@@ -10,6 +10,8 @@
                             host-visible device memory exists (tests the discrete-GPU path)
 ``VKCORE_TEXEL``            ``0`` reads kernel inputs through storage buffers instead of
                             uniform texel buffers (the faster path on lavapipe)
+``VKCORE_DEVICE_SCALES``    ``0`` computes symmetric per-channel quantization scales on the
+                            host, as the other modes do (same values, one more pass)
 ==========================  ==============================================================
 
 ``VKCORE_PIPELINE_CACHE_MAX_BYTES`` caps the size of a pipeline-cache file that is read

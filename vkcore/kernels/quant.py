@@ -9,10 +9,16 @@ Formulas (identical in :func:`vkcore.reference.quantize`, which tests compare bi
   ``lo = min(W, 0)``, ``hi = max(W, 0)``, ``s = float32((hi - lo) / (2^b-1))``,
   ``z = roundEven(-lo / s)``.
 * ``q = clamp(roundEven(W / s) + z, qmin, qmax)``, where ``W / s`` is the exact real
-  quotient and ties go to the even integer. Scales are computed on the host (one
-  correctly rounded division); the device decides each rounding with exact float32
-  operations only (Vulkan's division is not correctly rounded), so every conformant
-  device gives the same integers.
+  quotient and ties go to the even integer. The device decides each rounding with exact
+  float32 operations only (Vulkan's division is not correctly rounded), so every
+  conformant device gives the same integers.
+* where scales are computed: on the host from the row maxima and minima (float64, one
+  rounding to float32), except for symmetric per-channel quantization of rows of a
+  multiple of 4 floats, where one kernel finds each row's max|W| and its correctly
+  rounded ``max|W| / qmax`` with integer arithmetic, then quantizes the row while it is
+  still in the cache (``shaders/quantize_rows.comp``; the same bits as the host, tested
+  across the float32 range including subnormal scales; ``VKCORE_DEVICE_SCALES=0`` turns
+  it off).
 * groups: one ``(s, z)`` per output row (``per_channel=True``) or one for the tensor.
 * a group of only zeros gets ``s = 1, z = 0``: no NaN, and it dequantizes to exactly 0.
 * subnormal weights (``|w| < 2^-126``) count as 0, since Vulkan devices may flush them.
@@ -30,13 +36,13 @@ one 16-column block in ``QUANT_ROWS`` rows with straight-line code.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .. import spirv
+from .. import config, spirv
 from ..commands import Dispatch
 from ..device import Device, resolve
 from ..memory import Buffer, HostBuffer, Tensor, buffer_pool, can_import_host, host_pool
@@ -52,6 +58,7 @@ spirv.register_variants(
     "quantize.comp",
     [{"VEC": v, "TEXEL": t, "ROWS": QUANT_ROWS} for v, t in ((1, 1), (1, 0), (0, 0))],
 )
+spirv.register_variants("quantize_rows.comp", spirv.define_grid(TEXEL=[0, 1]))
 spirv.register_variants(
     "dequantize.comp", spirv.define_grid(VEC=[0, 1], TEXEL=[0, 1], ROWS=[QUANT_ROWS])
 )
@@ -182,19 +189,26 @@ def check_options(bits: Any, symmetric: Any, per_channel: Any) -> None:
             raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
 
 
-def weight_matrix(w: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A finite, C-contiguous float32 2-D matrix with its row maxima and minima, or a
-    clear error."""
+def weight_array(w: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The caller's 2-D matrix (as given) and its C-contiguous float32 form, or a clear
+    error; finiteness is checked by :func:`row_range` or on the device."""
     data = c.float_input(w, "w")
     arr = data.numpy() if isinstance(data, Tensor) else data
     if arr.ndim != 2:
         raise ValueError(f"w must be a 2-D matrix (outputs x inputs), got shape {arr.shape}")
     if 0 in arr.shape:
         raise ValueError(f"w must not be empty, got shape {arr.shape}")
-    with np.errstate(over="ignore"):  # float64 beyond float32 becomes inf, reported below
+    with np.errstate(over="ignore"):  # float64 beyond float32 becomes inf, reported later
         w32 = c.as_float32(arr)
-    # Row maxima and minima are NaN or infinite exactly when the row holds such a value;
-    # group_params needs them anyway, so the full element-wise scan runs only on failure.
+    return arr, w32
+
+
+def row_range(arr: np.ndarray, w32: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row maxima and minima of ``w32``, or a ValueError naming its first NaN or infinity.
+
+    They are NaN or infinite exactly when the row holds such a value; group_params needs
+    them anyway, so the full element-wise scan runs only on failure.
+    """
     row_max, row_min = w32.max(axis=1), w32.min(axis=1)
     if not (np.isfinite(row_max).all() and np.isfinite(row_min).all()):
         row, col = (int(i) for i in np.argwhere(~np.isfinite(w32))[0])
@@ -202,7 +216,7 @@ def weight_matrix(w: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if np.isfinite(arr[row, col]):
             note = f" (it is {arr[row, col]!r}, beyond the float32 range)"
         raise ValueError(f"w must be finite: w[{row}, {col}] is {w32[row, col]}{note}")
-    return w32, row_max, row_min
+    return row_max, row_min
 
 
 # --------------------------------------------------------------------------- parameters
@@ -298,30 +312,29 @@ def quantize(
         raise ValueError("device must be the Tensor's own device (or None)")
     dev = w.device if isinstance(w, Tensor) else resolve(device)
     dev.check()
-    w32, row_max, row_min = weight_matrix(w)
+    arr, w32 = weight_array(w)
     m, n = w32.shape
-    s, z = group_params(row_max, row_min, bits, symmetric, per_channel)
     row_bytes = c.ceil_div(n, BLOCK) * BLOCK
     q_rows = rows_per_buffer(dev, row_bytes, "quantized weights")
     w_rows = min(q_rows, rows_per_buffer(dev, 4 * n, "float32 weights"))
-    scale_t = _upload(s.reshape(() if not per_channel else (m,)), dev)
-    zero_t = _upload(z.reshape(() if not per_channel else (m,)), dev)
     pool = buffer_pool(dev)
-    params = pool.acquire(max(16, device_params(s, z).nbytes))
-    params.write(device_params(s, z))
     chunks: list[Chunk] = []
     try:
         # Leased: a released QuantizedTensor's memory (pages already touched) serves the
         # next quantize of that size; fresh pages cost more to fault in than the kernel.
         for row0, rows in row_slices(m, q_rows):
             chunks.append(Chunk(row0, rows, pool.lease(rows * row_bytes)))
-        _run_quantize(dev, w32, chunks, params, w_rows, bits, symmetric, per_channel)
+        if symmetric and per_channel and _rows_on_device(dev, w32):
+            s, z = _quantize_rows(dev, arr, w32, chunks, w_rows, bits)
+        else:
+            s, z = group_params(*row_range(arr, w32), bits, symmetric, per_channel)
+            _run_quantize(dev, w32, chunks, s, z, w_rows, bits, symmetric, per_channel)
+        scale_t = _upload(s.reshape(() if not per_channel else (m,)), dev)
+        zero_t = _upload(z.reshape(() if not per_channel else (m,)), dev)
     except BaseException:
         for ch in chunks:
             ch.buffer.destroy()
         raise
-    finally:
-        pool.release(params)
     return QuantizedTensor(dev, (m, n), bits, symmetric, per_channel, chunks, scale_t, zero_t)
 
 
@@ -387,13 +400,33 @@ def _run_quantize(
     dev: Device,
     w32: np.ndarray,
     chunks: list[Chunk],
-    params: Buffer,
+    s: np.ndarray,
+    z: np.ndarray,
     w_rows: int,
     bits: int,
     symmetric: bool,
     per_channel: bool,
 ) -> None:
-    job = _QuantizeJob(dev, w32.shape[1], params, *integer_range(bits, symmetric), per_channel)
+    """Quantize with the scales and zero points the host computed."""
+    pool = buffer_pool(dev)
+    params = pool.acquire(max(16, device_params(s, z).nbytes))
+    try:
+        params.write(device_params(s, z))
+        qmin, qmax = integer_range(bits, symmetric)
+        job = _QuantizeJob(dev, w32.shape[1], params, qmin, qmax, per_channel)
+        _for_weight_slices(dev, w32, chunks, w_rows, job.run_slice)
+    finally:
+        pool.release(params)
+
+
+SliceRunner = Callable[[Buffer, int, Chunk, int, int], None]
+
+
+def _for_weight_slices(
+    dev: Device, w32: np.ndarray, chunks: list[Chunk], w_rows: int, run: SliceRunner
+) -> None:
+    """``run(src, offset, chunk, start, rows)`` over slices of ``w32`` that fit one
+    binding: the array's own pages imported where possible, else a reused staging buffer."""
     import_rows = _import_rows(dev, w32, w_rows)
     pool = buffer_pool(dev)  # a reused staging buffer: no fresh pages to fault in
     staging = None
@@ -405,16 +438,71 @@ def _run_quantize(
                 part = w32[ch.row0 + start : ch.row0 + start + rows]
                 if staging is not None:
                     staging.write(part)
-                    job.run_slice(staging, 0, ch, start, rows)
+                    run(staging, 0, ch, start, rows)
                     continue
                 imported = HostBuffer(dev, part)  # the array's own pages: no host copy
                 try:
-                    job.run_slice(imported, imported.offset // 4, ch, start, rows)
+                    run(imported, imported.offset // 4, ch, start, rows)
                 finally:
                     imported.destroy()
     finally:
         if staging is not None:
             pool.release(staging)
+
+
+# ------------------------------------------------- symmetric per channel: scales on device
+def _rows_on_device(dev: Device, w32: np.ndarray) -> bool:
+    """Whether quantize_rows.comp applies: rows of whole vec4s, 16-byte aligned, and
+    ``VKCORE_DEVICE_SCALES`` not 0 (the host path computes the same values)."""
+    if not config.env_flag("VKCORE_DEVICE_SCALES", True):
+        return False
+    return w32.shape[1] % 4 == 0 and w32.ctypes.data % 16 == 0
+
+
+def _row_workgroup(dev: Device) -> int:
+    """One subgroup per row on a CPU device (no barrier); a GPU-sized workgroup elsewhere."""
+    if dev.info.is_cpu:
+        return max(1, dev.info.subgroup_size or 8)
+    info = dev.info
+    return min(256, info.max_compute_work_group_size[0], info.max_compute_work_group_invocations)
+
+
+def _quantize_rows(
+    dev: Device, arr: np.ndarray, w32: np.ndarray, chunks: list[Chunk], w_rows: int, bits: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric per-channel quantize with each row's max|w| and scale found on the device
+    (quantize_rows.comp), in the same pass over the weights; returns (s, z)."""
+    m, n = w32.shape
+    pool = buffer_pool(dev)
+    info = pool.acquire(max(16, 8 * m))
+    try:
+
+        def run(src: Buffer, offset: int, ch: Chunk, start: int, rows: int) -> None:
+            texel = c.texel_format(dev, src, "rgba32f") is not None and src.nbytes >= 16
+            pipe = dev.pipeline(
+                "quantize_rows.comp",
+                defines={"TEXEL": int(texel)},
+                spec={0: _row_workgroup(dev)},
+                buffers=3,
+                push_size=28,
+                texel={0: "rgba32f"} if texel else None,
+            )
+            blocks = c.ceil_div(n, BLOCK)
+            gx = min(rows, int(dev.info.max_compute_work_group_count[0]))
+            qmax = integer_range(bits, True)[1]
+            push = c.pack_u32(n // 4, rows, blocks, offset // 4, start, ch.row0 + start, qmax)
+            grid = (gx, c.ceil_div(rows, gx), 1)
+            dev.submitter.run([Dispatch(pipe, (src, ch.buffer, info), push, grid)])
+
+        _for_weight_slices(dev, w32, chunks, w_rows, run)
+        rowinfo = np.empty((m, 2), dtype=np.uint32)
+        info.read(rowinfo)
+    finally:
+        pool.release(info)
+    if rowinfo[:, 1].any():
+        row_range(arr, w32)  # raises the error that names the first NaN or infinity
+        raise AssertionError("the device saw a NaN or infinity the host does not")
+    return rowinfo[:, 0].copy().view(np.float32), np.zeros(m, dtype=np.int32)
 
 
 def _import_rows(dev: Device, w32: np.ndarray, w_rows: int) -> int:

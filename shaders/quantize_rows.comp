@@ -1,0 +1,137 @@
+#version 450
+// Symmetric per-channel RTN quantization with the scales found on the device: one
+// workgroup per row. Pass 1 reads the row for max|w| (and any NaN or infinity); the
+// scale s = float32(max|w| / qmax) comes from exact integer arithmetic (the correctly
+// rounded quotient, as the host computes it in float64 and rounds once); pass 2 quantizes
+// the row, which pass 1 left in the cache, with the same per-element code as quantize.comp.
+// Integers and scales equal the host path's bit for bit.
+//
+// Needs rows of a multiple of 4 floats starting 16-byte aligned (vec4 loads). Output per
+// row: the packed blocks (the last one padded with 0 = z), and in `rowinfo` the scale's
+// bits and a flag for a NaN or infinity in the row (the host then raises its error).
+#extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#include "quant_common.glsl"
+
+layout(local_size_x_id = 0) in;
+
+#if TEXEL
+#extension GL_EXT_samplerless_texture_functions : require
+layout(binding = 0) uniform textureBuffer w_texels;  // rgba32f view: the texture path
+#define W4(i) texelFetch(w_texels, int(i))
+#else
+layout(std430, binding = 0) readonly buffer W { vec4 w4[]; };
+#define W4(i) w4[i]
+#endif
+layout(std430, binding = 1) writeonly buffer Q { uvec4 q4[]; };
+layout(std430, binding = 2) writeonly buffer RowInfo { uvec2 rowinfo[]; };  // (s bits, bad)
+struct Group { float s_norm; float f1; float f2; int z; };  // as in quantize.comp
+
+layout(push_constant) uniform Push {
+    uint n4;          // vec4s per row (columns / 4)
+    uint rows;        // rows in this dispatch
+    uint row_blocks;  // 16-byte blocks per stored row
+    uint w_first;     // vec4 index in W of this dispatch's first row
+    uint q_row0;      // first row of this dispatch in the Q chunk
+    uint info_row0;   // first row of this dispatch in rowinfo
+    uint qmax;        // 2^(bits-1) - 1
+} pc;
+
+shared uint sh_max[gl_WorkGroupSize.x];
+
+uint workgroup_max(uint v) {
+    uint m = subgroupMax(v);
+    if (gl_NumSubgroups == 1u) return m;  // uniform: one subgroup needs no shared memory
+    if (subgroupElect()) sh_max[gl_SubgroupID] = m;
+    barrier();
+    m = 0u;
+    for (uint i = 0u; i < gl_NumSubgroups; ++i) m = max(m, sh_max[i]);
+    return m;
+}
+
+// float32(a / qmax) rounded to nearest even, as bits, for a normal positive a and
+// 1 <= qmax <= 127. With a = ma * 2^(ea - 23): t = floor(ma * 2^k / qmax) has exactly
+// 25 bits (k in 1..8, so ma * 2^k < 2^32); the result lies in [2^e, 2^(e + 1)) and keeps
+// 24 bits, fewer when it is subnormal; the rest of t and the remainder decide the rounding.
+uint rounded_quotient_bits(uint a_bits, uint qmax) {
+    uint ma = (a_bits & 0x7fffffu) | 0x800000u;
+    int ea = int(a_bits >> 23) - 127;
+    int k = 24 - findMSB(ma / qmax);
+    uint num = ma << uint(k);
+    uint t = num / qmax;
+    bool inexact = num % qmax != 0u;
+    int e = ea + 1 - k;
+    int kept = e >= -126 ? 24 : 150 + e;  // significant bits of the result
+    uint drop = uint(25 - kept);           // 1..9 here: a / qmax >= 2^-133
+    uint keep = t >> drop;
+    uint rest = t & ((1u << drop) - 1u);
+    uint half_ulp = 1u << (drop - 1u);
+    bool up = rest > half_ulp || (rest == half_ulp && (inexact || (keep & 1u) == 1u));
+    keep += up ? 1u : 0u;
+    // A carry out of the 24 bits lands in the exponent field, as it should.
+    return e >= -126 ? (uint(e + 127) << 23) + (keep - 0x800000u) : keep;
+}
+
+// The scale as quantize.comp takes it: s_norm in [1, 2) and two normal powers of two
+// f1 * f2 = s_norm / s (host: quant.device_params).
+Group group_of_scale(uint s_bits) {
+    float s_norm;
+    int e;
+    if (s_bits >= 0x800000u) {
+        s_norm = uintBitsToFloat((s_bits & 0x7fffffu) | 0x3f800000u);
+        e = 127 - int(s_bits >> 23);
+    } else {
+        int msb = findMSB(s_bits);
+        s_norm = uintBitsToFloat(((s_bits << uint(23 - msb)) & 0x7fffffu) | 0x3f800000u);
+        e = 149 - msb;
+    }
+    int e1 = clamp(e, -126, 127);
+    return Group(s_norm, uintBitsToFloat(uint(e1 + 127) << 23),
+                 uintBitsToFloat(uint(e - e1 + 127) << 23), 0);
+}
+
+uint quantize_word(vec4 a, Group g, float inv, float s_hi, float s_lo, int qmax) {
+    uint word = 0u;
+    for (uint j = 0u; j < 4u; ++j) {
+        precise float x = flush_subnormal(a[j]) * g.f1 * g.f2;
+        int q = clamp(int(exact_round_near(x, inv, s_hi, s_lo)), -qmax, qmax);
+        word |= (uint(q) & 0xffu) << (8u * j);
+    }
+    return word;
+}
+
+void main() {
+    uint r = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    if (r >= pc.rows) return;  // the grid's last line may run past the rows: whole workgroups
+    uint lane = gl_LocalInvocationID.x;
+    uint step = gl_WorkGroupSize.x;
+    uint base = pc.w_first + r * pc.n4;
+
+    // Pass 1: the largest magnitude as bits (NaN and infinity compare above every number).
+    uvec4 big = uvec4(0u);
+    for (uint i = lane; i < pc.n4; i += step) big = max(big, floatBitsToUint(W4(base + i)) & 0x7fffffffu);
+    uint amax_bits = workgroup_max(max(max(big.x, big.y), max(big.z, big.w)));
+    uint bad = uint(amax_bits >= 0x7f800000u);
+    // Subnormal magnitudes count as 0; a row of zeros gets s = 1.
+    uint s_bits = amax_bits < 0x800000u || bad != 0u ? 0x3f800000u
+                                                     : rounded_quotient_bits(amax_bits, pc.qmax);
+    if (lane == 0u) rowinfo[pc.info_row0 + r] = uvec2(s_bits, bad);
+
+    // Pass 2: 16 columns per step; the last block's columns past the row give q = 0.
+    Group g = group_of_scale(s_bits);
+    float inv = 1.0 / g.s_norm;  // only for candidates: the exact check corrects them
+    float s_hi = uintBitsToFloat(floatBitsToUint(g.s_norm) & 0xfffff000u);
+    precise float s_lo = g.s_norm - s_hi;
+    int qmax = int(pc.qmax);
+    uint q_base = (pc.q_row0 + r) * pc.row_blocks;
+    for (uint b = lane; b < pc.row_blocks; b += step) {
+        uvec4 packed;
+        for (uint k = 0u; k < 4u; ++k) {
+            uint v = 4u * b + k;
+            uint word = quantize_word(W4(base + min(v, pc.n4 - 1u)), g, inv, s_hi, s_lo, qmax);
+            packed[k] = v < pc.n4 ? word : 0u;
+        }
+        q4[q_base + b] = packed;
+    }
+}
