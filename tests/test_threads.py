@@ -287,3 +287,26 @@ def test_eight_threads_quantize_and_matvec(device):
         assert sum(run_threads(work)) == THREADS * 12
     finally:
         shared.release()
+
+
+def test_pooled_results_across_threads(device):
+    """Large softmax results come from the device's host pool and go back to it from
+    whichever thread drops them: no result ever shares memory with another live one."""
+    from vkcore import reference
+
+    def work(index: int) -> int:
+        rng = np.random.default_rng(index)
+        held = []
+        for step in range(6):
+            x = rng.standard_normal((64 + index % 3, 4096)).astype(np.float32)  # >= 1 MiB
+            y = vkcore.softmax(x, device=device)
+            assert type(y.base).__name__ == "_Lent"
+            np.testing.assert_allclose(y, reference.softmax(x), rtol=0, atol=1e-6)
+            held.append((y, y.copy()))
+            if step % 2:
+                held.pop(0)  # dropped here, maybe while another thread is inside a call
+        for y, expected in held:
+            np.testing.assert_array_equal(y, expected)  # nobody wrote into a held result
+        return len(held)
+
+    assert run_threads(work) == [3] * THREADS
