@@ -13,7 +13,7 @@ import math
 import threading
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -650,25 +650,26 @@ class HostArrayPool:
                 self._free.pop().free()
 
 
+_Pool = TypeVar("_Pool", BufferPool, HostArrayPool)
+_pools: weakref.WeakKeyDictionary[Device, BufferPool] = per_device_map()
 _host_pools: weakref.WeakKeyDictionary[Device, HostArrayPool] = per_device_map()
 
 
-def host_pool(device: Device) -> HostArrayPool:
-    """The device's :class:`HostArrayPool` (created on first use)."""
+def _pool_of(
+    pools: weakref.WeakKeyDictionary[Device, _Pool], device: Device, make: Callable[[Device], _Pool]
+) -> _Pool:
     with device.lock:
-        pool = _host_pools.get(device)
+        pool = pools.get(device)
         if pool is None:
-            pool = _host_pools[device] = HostArrayPool(device)
+            pool = pools[device] = make(device)
         return pool
-
-
-_pools: weakref.WeakKeyDictionary[Device, BufferPool] = per_device_map()
 
 
 def buffer_pool(device: Device) -> BufferPool:
     """The device's :class:`BufferPool` (created on first use)."""
-    with device.lock:
-        pool = _pools.get(device)
-        if pool is None:
-            pool = _pools[device] = BufferPool(device)
-        return pool
+    return _pool_of(_pools, device, BufferPool)
+
+
+def host_pool(device: Device) -> HostArrayPool:
+    """The device's :class:`HostArrayPool` (created on first use)."""
+    return _pool_of(_host_pools, device, HostArrayPool)
