@@ -261,12 +261,14 @@ def numpy_quantize(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 # ---------------------------------------------------------------------------- comparisons
+# Online/safe shapes of at most SMALL_SHAPE_ELEMENTS take ~0.1 ms, and a call swings by
+# +-50% with thread wake-ups: they get SMALL_SHAPE_REPEAT_FACTOR times more pairs.
 SMALL_SHAPE_ELEMENTS = 1 << 16
+SMALL_SHAPE_REPEAT_FACTOR = 15
 # The BLAS comparison runs each side in blocks of BLAS_BLOCK calls with BLAS_SETTLE seconds
 # of rest between blocks (see side_by_side): OpenBLAS threads spin after each product.
 BLAS_BLOCK = 5
 BLAS_SETTLE = 0.2
-SMALL_SHAPE_REPEAT_FACTOR = 5
 
 
 def softmax_online_vs_safe(
