@@ -501,7 +501,8 @@ def _quantize_rows(
         pool.release(info)
     if rowinfo[:, 1].any():
         row_range(arr, w32)  # raises the error that names the first NaN or infinity
-        raise AssertionError("the device saw a NaN or infinity the host does not")
+        rows = np.flatnonzero(rowinfo[:, 1])[:5].tolist()
+        raise RuntimeError(f"the device reported a NaN or infinity in rows {rows} of w, numpy none")
     return rowinfo[:, 0].copy().view(np.float32), np.zeros(m, dtype=np.int32)
 
 
