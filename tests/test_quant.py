@@ -466,3 +466,18 @@ def test_device_scales_can_be_turned_off(device, rng, monkeypatch, device_scales
     assert device_scales_calls == [w.shape]
     assert np.array_equal(host.q, on_device.q)
     assert np.array_equal(host.scale.view(np.uint32), on_device.scale.view(np.uint32))
+
+
+@pytest.mark.parametrize("workgroup", [16, 64])
+def test_device_scales_with_several_subgroups(device, rng, monkeypatch, workgroup):
+    """A GPU-sized workgroup spans several subgroups: the row maximum then goes through
+    shared memory and a barrier (on lavapipe a workgroup is otherwise one subgroup)."""
+    monkeypatch.setattr(quant, "_row_workgroup", lambda dev: workgroup)
+    w = _magnitude_rows(rng, 80, 200)  # rows of 50 vec4: several steps for every lane
+    qt = vkcore.quantize(w, device=device)
+    with np.errstate(over="ignore"):
+        check_against_reference(qt, w, 8, True, True)
+    bad = w.copy()
+    bad[7, 150] = np.nan
+    with pytest.raises(ValueError, match=r"w\[7, 150\]"):
+        vkcore.quantize(bad, device=device)
