@@ -616,8 +616,8 @@ class HostArrayPool:
         """An uninitialized C-contiguous array and, with ``imported`` on a device that
         imports host memory, the VkBuffer over it (data at offset 0; the pool owns it)."""
         dt = np.dtype(dtype)
-        align = max(4096, self.device.info.min_imported_host_pointer_alignment)
-        nbytes = -(-max(math.prod(shape) * dt.itemsize, 1) // align) * align
+        align = self._alignment()
+        nbytes = self.slot_bytes(math.prod(shape) * dt.itemsize)
         with self.device.lock:
             self._drain()
             slot = self._take(nbytes) or _HostSlot(page_aligned_empty((nbytes,), np.uint8, align))
@@ -627,6 +627,14 @@ class HostArrayPool:
         lent = _Lent(slot, tuple(shape), dt)
         weakref.finalize(lent, self._returned.append, slot)
         return np.asarray(lent), slot.buffer
+
+    def _alignment(self) -> int:
+        return max(4096, self.device.info.min_imported_host_pointer_alignment)
+
+    def slot_bytes(self, nbytes: int) -> int:
+        """Bytes of the block (and of its VkBuffer) behind a result of ``nbytes`` bytes."""
+        align = self._alignment()
+        return -(-max(nbytes, 1) // align) * align
 
     def _take(self, nbytes: int) -> _HostSlot | None:
         for i, slot in enumerate(self._free):

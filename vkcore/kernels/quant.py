@@ -538,9 +538,13 @@ def dequantize(qt: QuantizedTensor, *, device: Device | None = None) -> np.ndarr
     m, n = qt.shape
     y_rows = rows_per_buffer(dev, 4 * n, "dequantized weights")
     pool = buffer_pool(dev)
-    direct = None  # the result array's own pages, imported: the kernel writes it in place
-    if m <= y_rows and 4 * m * n >= c.POOLED_RESULT_BYTES and can_import_host(dev):
-        out, direct = host_pool(dev).empty((m, n), np.float32, imported=True)
+    # Where the whole result, rounded up to whole pages, fits one binding: the result
+    # array's own pages, imported, written in place by the kernel.
+    direct = None
+    results = host_pool(dev)
+    fits = results.slot_bytes(4 * m * n) <= binding_limit(dev)
+    if fits and 4 * m * n >= c.POOLED_RESULT_BYTES and can_import_host(dev):
+        out, direct = results.empty((m, n), np.float32, imported=True)
     else:
         out = c.result_array(dev, (m, n))
     vec = int(n % 4 == 0)
