@@ -8,6 +8,8 @@
 // block is written as four vec4 stores; VEC 0: as 16 float stores. Columns past the row
 // end (the padding of the last block) are not written.
 layout(local_size_x_id = 0) in;
+// Rows per invocation: a specialization constant, so `vkcore tune` can choose it per device.
+layout(constant_id = 1) const uint ROWS = 4u;
 
 #if TEXEL
 #extension GL_EXT_samplerless_texture_functions : require

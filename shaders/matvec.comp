@@ -22,6 +22,8 @@
 #extension GL_EXT_control_flow_attributes : require
 
 layout(local_size_x_id = 0) in;
+// Rows per workgroup: a specialization constant, so `vkcore tune` can choose it per device.
+layout(constant_id = 1) const int ROWS = 16;
 
 #if TEXEL
 // Weights (and float activations) read through uniform texel buffers: the driver's texture

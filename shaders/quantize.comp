@@ -17,6 +17,8 @@
 #include "quant_common.glsl"
 
 layout(local_size_x_id = 0) in;
+// Rows per invocation: a specialization constant, so `vkcore tune` can choose it per device.
+layout(constant_id = 1) const uint ROWS = 4u;
 
 #if TEXEL
 // W and the group parameters read through uniform texel buffers (rgba32f and rgba32ui

@@ -1,4 +1,5 @@
-"""vkcore tune: the stored choice is keyed like the pipeline cache and used by softmax."""
+"""vkcore tune: the stored choices are keyed like the pipeline cache and used by the kernels
+(softmax workgroup, matvec and quantize rows), and every value it may store is correct."""
 
 import json
 
@@ -6,7 +7,9 @@ import numpy as np
 import pytest
 
 import vkcore
-from vkcore import tune
+from vkcore import reference, tune
+from vkcore.kernels import matvec as mv
+from vkcore.kernels import quant
 from vkcore.kernels import softmax as sm
 
 
@@ -18,7 +21,7 @@ def clean(device):
 
 
 def test_tune_stores_the_fastest_candidate_and_softmax_uses_it(device, clean, rng):
-    record = tune.tune(device, shape=(16, 1024), repeats=1)
+    record = tune.tune(device, shape=(16, 1024), rows_shape=(64, 256), repeats=1)
     path = tune.tune_path(device)
     assert path.name.endswith(tune.SUFFIX)
     assert path.parent == device.pipeline_cache.folder or device.pipeline_cache.folder is None
@@ -38,6 +41,61 @@ def test_tune_stores_the_fastest_candidate_and_softmax_uses_it(device, clean, rn
     )
 
 
+def test_tune_chooses_every_rows_parameter_and_the_kernels_use_it(device, clean):
+    record = tune.tune(device, shape=(16, 1024), rows_shape=(64, 256), repeats=1)
+    assert set(record["choices"]) == set(tune.PARAMETERS)
+    for name, values in tune.ROW_CANDIDATES.items():
+        times = {int(k): v for k, v in record["measured"][name]["median_device_seconds"].items()}
+        assert set(times) == set(values)
+        assert all(t > 0 for t in times.values()), name
+        assert times[record["choices"][name]] == min(times.values())
+    assert mv.rows_per_workgroup(device, 0) == record["choices"]["matvec_rows"]
+    assert mv.rows_per_workgroup(device, mv.MODE_F32) == record["choices"]["matvec_f32_rows"]
+    assert quant.quant_rows(device) == record["choices"]["quant_rows"]
+
+
+@pytest.mark.parametrize("value", tune.ROW_CANDIDATES["matvec_rows"])
+def test_any_stored_matvec_rows_gives_correct_results(device, clean, rng, value):
+    write_choices(device, matvec_rows=value, matvec_f32_rows=min(value, 16))
+    m, n = 37, 100  # rows not a multiple of any candidate: the last workgroup is partial
+    w = (rng.standard_normal((m, n)) * 0.1).astype(np.float32)
+    x = rng.standard_normal(n).astype(np.float32)
+    for symmetric in (True, False):
+        qt = vkcore.quantize(w, symmetric=symmetric, device=device)
+        q, s, z = reference.quantize(w, 8, symmetric, True)
+        for activations in ("int8", "uint8"):  # exact modes: bit for bit
+            y = vkcore.matvec(qt, x, activations=activations)
+            assert np.array_equal(y, reference.matvec(q, s, z, x, activations=activations))
+        y = vkcore.matvec(qt, x)
+        np.testing.assert_allclose(y, reference.matvec(q, s, z, x), rtol=1e-5, atol=1e-5)
+        qt.release()
+    f32 = vkcore.F32Matrix(w, device=device)
+    np.testing.assert_allclose(vkcore.matvec_f32(f32, x), w @ x, rtol=1e-5, atol=1e-5)
+    f32.release()
+    assert value in specialized_rows(device, "matvec.comp")
+    assert min(value, 16) in specialized_rows(device, "matvec.comp")
+
+
+def specialized_rows(device, shader):
+    """Values of specialization constant 1 among the device's pipelines of ``shader``."""
+    return {dict(key[2]).get(1) for key in device._pipelines if key[0] == shader}
+
+
+@pytest.mark.parametrize("value", tune.ROW_CANDIDATES["quant_rows"])
+def test_any_stored_quant_rows_gives_correct_results(device, clean, rng, value):
+    write_choices(device, quant_rows=value)
+    assert quant.quant_rows(device) == value
+    w = rng.standard_normal((37, 99)).astype(np.float32)  # odd rows, odd columns
+    for symmetric, per_channel in ((False, True), (True, False), (False, False)):
+        qt = vkcore.quantize(w, symmetric=symmetric, per_channel=per_channel, device=device)
+        q, s, z = reference.quantize(w, 8, symmetric, per_channel)
+        assert np.array_equal(qt.q, q)
+        assert np.array_equal(vkcore.dequantize(qt), reference.dequantize(q, s, z))
+        qt.release()
+    assert value in specialized_rows(device, "quantize.comp")
+    assert value in specialized_rows(device, "dequantize.comp")
+
+
 def test_any_valid_stored_workgroup_gives_correct_softmax(device, clean, rng):
     x = rng.standard_normal((3, 5000)).astype(np.float32)
     for wg in tune.candidates(device):
@@ -55,6 +113,10 @@ def test_any_valid_stored_workgroup_gives_correct_softmax(device, clean, rng):
         '{"format": 99}',
         '{"format": 1, "choices": {"softmax_workgroup": 0}}',
         '{"format": 1, "choices": {"softmax_workgroup": 1000000}}',
+        '{"format": 1, "choices": {"matvec_rows": 3}}',
+        '{"format": 1, "choices": {"matvec_rows": "16"}}',
+        '{"format": 1, "choices": {"matvec_f32_rows": 64}}',
+        '{"format": 1, "choices": {"quant_rows": true}}',
     ],
 )
 def test_unusable_files_fall_back_to_defaults(device, clean, content, caplog):
@@ -64,6 +126,9 @@ def test_unusable_files_fall_back_to_defaults(device, clean, content, caplog):
     path.write_text(content)
     tune.forget(device)
     assert sm.workgroup_size(device) == default
+    assert mv.rows_per_workgroup(device, 0) == mv.ROWS
+    assert mv.rows_per_workgroup(device, mv.MODE_F32) == mv.ROWS_F32
+    assert quant.quant_rows(device) == quant.QUANT_ROWS
     assert "ignoring" in caplog.text
 
 
@@ -73,7 +138,11 @@ def test_choice_names_are_checked(device):
 
 
 def write_choice(device, wg):
+    write_choices(device, softmax_workgroup=wg)
+
+
+def write_choices(device, **choices):
     path = tune.tune_path(device)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"format": tune.FORMAT, "choices": {"softmax_workgroup": wg}}))
+    path.write_text(json.dumps({"format": tune.FORMAT, "choices": choices}))
     tune.forget(device)

@@ -1,22 +1,32 @@
 """``vkcore tune``: choose kernel parameters by measurement, once per device.
 
-The softmax workgroup size is the parameter that differs most between devices: lavapipe
-runs a one-subgroup workgroup several times faster than a larger one, a GPU wants
-hundreds of invocations. ``tune(device)`` times the online softmax with each candidate
-(device timestamps, medians) and stores the fastest beside the pipeline cache, in
+Parameters whose best value differs between devices:
+
+* ``softmax_workgroup``: lavapipe runs a one-subgroup workgroup several times faster than
+  a larger one, a GPU wants hundreds of invocations;
+* ``matvec_rows`` and ``matvec_f32_rows``: rows per matvec workgroup (each loaded block of
+  x serves that many rows; more rows, more registers), INT8 and float32 kernels;
+* ``quant_rows``: rows per quantize/dequantize invocation.
+
+``tune(device)`` times each candidate value on its kernel (device timestamps, medians)
+and stores the fastest beside the pipeline cache, in
 ``<cache root>/pipeline/<pipeline-cache file name>.tune.json``: the same key as the
-pipeline cache, so another GPU, driver or driver version never reads this choice.
-Kernels ask :func:`choice`; with no file (or an unreadable one) they use their defaults.
+pipeline cache, so another GPU, driver or driver version never reads these choices.
+Kernels ask :func:`choice`; with no file, an unreadable one or a value this device cannot
+use, they use their defaults (the values measured best on lavapipe). The rows parameters
+are specialization constants: no new SPIR-V per value.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import logging
 import statistics
 import threading
 import weakref
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +39,14 @@ log = logging.getLogger("vkcore")
 
 FORMAT = 1
 SUFFIX = ".tune.json"
-# Parameters a tune file may hold, with the check a stored value must pass on the device.
-PARAMETERS = ("softmax_workgroup",)
+# Parameters a tune file may hold; the rows parameters with the values worth timing (and
+# the only ones accepted from a file).
+PARAMETERS = ("softmax_workgroup", "matvec_rows", "matvec_f32_rows", "quant_rows")
+ROW_CANDIDATES: dict[str, tuple[int, ...]] = {
+    "matvec_rows": (4, 8, 16, 32),
+    "matvec_f32_rows": (4, 8, 16),
+    "quant_rows": (1, 2, 4, 8),
+}
 
 _choices: weakref.WeakKeyDictionary[Device, dict[str, Any]] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
@@ -68,13 +84,21 @@ def load(device: Device) -> dict[str, Any]:
     if not isinstance(choices, dict):
         return {}
     out = {}
-    wg = choices.get("softmax_workgroup")
-    if wg is not None:
-        if _valid_workgroup(device, wg):
-            out["softmax_workgroup"] = wg
+    for name in PARAMETERS:
+        value = choices.get(name)
+        if value is None:
+            continue
+        if _valid(device, name, value):
+            out[name] = value
         else:
-            log.warning("ignoring softmax_workgroup=%r in %s: not valid on this device", wg, path)
+            log.warning("ignoring %s=%r in %s: not valid on this device", name, value, path)
     return out
+
+
+def _valid(device: Device, name: str, value: Any) -> bool:
+    if name == "softmax_workgroup":
+        return _valid_workgroup(device, value)
+    return isinstance(value, int) and not isinstance(value, bool) and value in ROW_CANDIDATES[name]
 
 
 def choice(device: Device, name: str) -> Any:
@@ -92,6 +116,25 @@ def forget(device: Device) -> None:
     """Drop the memoized choices of ``device`` (after a tune or a reset)."""
     with _lock:
         _choices.pop(device, None)
+
+
+@contextlib.contextmanager
+def _trial(device: Device, name: str, value: int) -> Iterator[None]:
+    """Kernels on ``device`` see ``name = value`` inside the block (memoized choices only;
+    the file is untouched)."""
+    with _lock:
+        saved = _choices.get(device)
+        trial = dict(saved if saved is not None else load(device))
+        trial[name] = value
+        _choices[device] = trial
+    try:
+        yield
+    finally:
+        with _lock:
+            if saved is None:
+                _choices.pop(device, None)
+            else:
+                _choices[device] = saved
 
 
 def candidates(device: Device) -> list[int]:
@@ -134,26 +177,69 @@ def measure_softmax(device: Device, shape: tuple[int, int], repeats: int) -> dic
     return results
 
 
+def _rows_kernel(device: Device, name: str, shape: tuple[int, int]) -> Callable[[], Any]:
+    """A call of the kernel that ``name`` steers, on random data of ``shape``; its device
+    time is the submitter's last. The data lives as long as the returned function."""
+    import vkcore
+
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal(shape, dtype=np.float32) * 0.05).astype(np.float32)
+    x = rng.standard_normal(shape[1], dtype=np.float32)
+    if name == "matvec_rows":
+        qt = vkcore.quantize(w, device=device)
+        return lambda: vkcore.matvec(qt, x)
+    if name == "matvec_f32_rows":
+        f32 = vkcore.F32Matrix(w, device=device)
+        return lambda: vkcore.matvec_f32(f32, x)
+    return lambda: vkcore.quantize(w, symmetric=False, device=device).release()
+
+
+def measure_rows(
+    device: Device, name: str, shape: tuple[int, int], repeats: int
+) -> dict[int, float]:
+    """Median device seconds of the kernel ``name`` steers, per candidate value."""
+    call = _rows_kernel(device, name, shape)
+    results: dict[int, float] = {}
+    for value in ROW_CANDIDATES[name]:
+        with _trial(device, name, value):
+            call()  # the first call creates the pipeline for this value
+            times = []
+            for _ in range(repeats):
+                call()
+                times.append(device.submitter.last_device_seconds or 0.0)
+        results[value] = statistics.median(times)
+    return results
+
+
 def tune(
-    device: Device, *, shape: tuple[int, int] = (1024, 4096), repeats: int = 5
+    device: Device,
+    *,
+    shape: tuple[int, int] = (1024, 4096),
+    rows_shape: tuple[int, int] = (2048, 4096),
+    repeats: int = 5,
 ) -> dict[str, Any]:
-    """Measure, store and return the choices for ``device`` (the file's content)."""
+    """Measure, store and return the choices for ``device`` (the file's content):
+    the softmax workgroup on ``shape``, the rows parameters on ``rows_shape`` weights."""
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
-    timings = measure_softmax(device, shape, repeats)
-    best = min(timings, key=lambda wg: timings[wg])
+    timings: dict[str, dict[int, float]] = {
+        "softmax_workgroup": measure_softmax(device, shape, repeats)
+    }
+    for name in ROW_CANDIDATES:
+        timings[name] = measure_rows(device, name, rows_shape, repeats)
     record = {
         "format": FORMAT,
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "device": device.info.name,
         "driver": f"{device.info.driver_name} {device.info.driver_info}".strip(),
-        "choices": {"softmax_workgroup": best},
+        "choices": {name: min(t, key=t.__getitem__) for name, t in timings.items()},
         "measured": {
-            "softmax_workgroup": {
-                "shape": list(shape),
+            name: {
+                "shape": list(shape if name == "softmax_workgroup" else rows_shape),
                 "repeats": repeats,
-                "median_device_seconds": {str(k): v for k, v in timings.items()},
+                "median_device_seconds": {str(k): v for k, v in t.items()},
             }
+            for name, t in timings.items()
         },
     }
     path = tune_path(device)

@@ -1,4 +1,4 @@
-"""``vkcore tune``: measure the softmax workgroup size for this device and store it."""
+"""``vkcore tune``: measure the per-device kernel parameters and store the fastest."""
 
 from __future__ import annotations
 
@@ -37,8 +37,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"path": str(path), **record}, indent=2))
         return 0
-    times = record["measured"]["softmax_workgroup"]["median_device_seconds"]
-    for wg, seconds in times.items():
-        print(f"  softmax workgroup {wg:>4}: {seconds * 1e3:8.2f} ms")
-    print(f"chose softmax_workgroup={record['choices']['softmax_workgroup']}; stored in {path}")
+    for name, measured in record["measured"].items():
+        shape = "x".join(str(d) for d in measured["shape"])
+        for value, seconds in measured["median_device_seconds"].items():
+            print(f"  {name} {value:>4} ({shape}): {seconds * 1e3:8.2f} ms")
+    chosen = ", ".join(f"{k}={v}" for k, v in record["choices"].items())
+    print(f"chose {chosen}; stored in {path}")
     return 0

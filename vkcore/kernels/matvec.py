@@ -69,14 +69,19 @@ _BUFFERS = 8
 _STORAGE = ((1, 0), (0, 1))
 
 
-def rows_per_workgroup(mode: int) -> int:
-    return ROWS_F32 if mode == MODE_F32 else ROWS
+def rows_per_workgroup(device: Device, mode: int) -> int:
+    """Rows per workgroup (specialization constant 1): the value ``vkcore tune`` stored for
+    this device, else ROWS (ROWS_F32 for the float32 kernel)."""
+    from .. import tune
+
+    if mode == MODE_F32:
+        return int(tune.choice(device, "matvec_f32_rows") or ROWS_F32)
+    return int(tune.choice(device, "matvec_rows") or ROWS)
 
 
 def _defines(mode: int, signed: bool, asym: bool, texel: bool) -> dict[str, int]:
     return {
         "MODE": mode,
-        "ROWS": rows_per_workgroup(mode),
         "WSIGNED": int(signed),
         "ASYM": int(asym),
         "TEXEL": int(texel),
@@ -299,7 +304,7 @@ def _group_buffers(qt: QuantizedTensor) -> tuple[Buffer, Buffer]:
 
 
 def _grid(dev: Device, rows: int, mode: int) -> tuple[int, int, int]:
-    groups = c.ceil_div(rows, rows_per_workgroup(mode))
+    groups = c.ceil_div(rows, rows_per_workgroup(dev, mode))
     gx = min(groups, int(dev.info.max_compute_work_group_count[0]))
     gy = c.ceil_div(groups, gx)
     if gy > grid_rows(dev):
@@ -338,7 +343,7 @@ def _pipeline(dev: Device, mode: int, signed: bool, asym: bool, texel: bool) -> 
     return dev.pipeline(
         "matvec.comp",
         defines=_defines(mode, signed, asym, texel),
-        spec={0: workgroup_size(dev)},
+        spec={0: workgroup_size(dev), 1: rows_per_workgroup(dev, mode)},
         buffers=_BUFFERS,
         push_size=28,
         texel=formats or None,

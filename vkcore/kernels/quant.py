@@ -31,7 +31,7 @@ binding are split by rows into several buffers.
 
 Speed: large writable float32 weights are read in place (imported host memory, no staging
 copy), through a uniform texel buffer where the device allows; each invocation quantizes
-one 16-column block in ``QUANT_ROWS`` rows with straight-line code.
+one 16-column block in ``quant_rows(device)`` rows with straight-line code.
 """
 
 from __future__ import annotations
@@ -49,25 +49,32 @@ from ..memory import Buffer, HostBuffer, Tensor, buffer_pool, can_import_host, h
 from . import _common as c
 
 WORKGROUP = 64
-QUANT_ROWS = 4  # rows per quantize invocation (fewer workgroups; measured 4 < 2, 8 on lavapipe)
+# Rows per quantize/dequantize invocation (fewer workgroups; on lavapipe 4 beats 2 and 8),
+# unless `vkcore tune` stored another value for the device: see quant_rows.
+QUANT_ROWS = 4
 IMPORT_MIN_BYTES = 1 << 20  # smaller weights are copied: importing costs more than it saves
 BLOCK = 16  # bytes per stored block of a row
 _TINY = np.float32(np.finfo(np.float32).tiny)
 _SMALLEST = np.float32(2.0**-149)
 spirv.register_variants(
     "quantize.comp",
-    [{"VEC": v, "TEXEL": t, "ROWS": QUANT_ROWS} for v, t in ((1, 1), (1, 0), (0, 0))],
+    [{"VEC": v, "TEXEL": t} for v, t in ((1, 1), (1, 0), (0, 0))],
 )
 spirv.register_variants("quantize_rows.comp", spirv.define_grid(TEXEL=[0, 1]))
-spirv.register_variants(
-    "dequantize.comp", spirv.define_grid(VEC=[0, 1], TEXEL=[0, 1], ROWS=[QUANT_ROWS])
-)
+spirv.register_variants("dequantize.comp", spirv.define_grid(VEC=[0, 1], TEXEL=[0, 1]))
 _PARAMS = np.dtype([("s_norm", "<f4"), ("f1", "<f4"), ("f2", "<f4"), ("z", "<i4")])
 
 
 def binding_limit(device: Device) -> int:
     """Largest buffer one storage binding may cover on ``device`` (tests lower it)."""
     return int(device.info.max_storage_buffer_range)
+
+
+def quant_rows(device: Device) -> int:
+    """Rows per quantize/dequantize invocation (specialization constant 1)."""
+    from .. import tune
+
+    return int(tune.choice(device, "quant_rows") or QUANT_ROWS)
 
 
 def integer_range(bits: int, symmetric: bool) -> tuple[int, int]:
@@ -377,7 +384,7 @@ class _QuantizeJob:
             for vec, block0, count_x in parts:
                 if count_x:
                     pipe = _quantize_pipeline(dev, vec, texel and bool(vec))
-                    groups = (column_groups(dev, count_x), c.ceil_div(count, QUANT_ROWS), 1)
+                    groups = (column_groups(dev, count_x), c.ceil_div(count, quant_rows(dev)), 1)
                     push = head + c.pack_u32(block0)
                     steps.append(Dispatch(pipe, (src, ch.buffer, self.params), push, groups))
         dev.submitter.run(steps)
@@ -388,8 +395,8 @@ def _quantize_pipeline(dev: Device, vec: int, texel: bool) -> Any:
     VEC 0: column by column (see shaders/quantize.comp)."""
     return dev.pipeline(
         "quantize.comp",
-        defines={"VEC": vec, "TEXEL": int(texel), "ROWS": QUANT_ROWS},
-        spec={0: WORKGROUP},
+        defines={"VEC": vec, "TEXEL": int(texel)},
+        spec={0: WORKGROUP, 1: quant_rows(dev)},
         buffers=3,
         push_size=40,
         texel={0: "rgba32f", 2: "rgba32ui"} if texel else None,
@@ -553,8 +560,8 @@ def dequantize(qt: QuantizedTensor, *, device: Device | None = None) -> np.ndarr
     texel = all(c.texel_format(dev, ch.buffer, "rgba32ui") for ch in qt.chunks)
     pipe = dev.pipeline(
         "dequantize.comp",
-        defines={"VEC": vec, "TEXEL": int(texel), "ROWS": QUANT_ROWS},
-        spec={0: WORKGROUP},
+        defines={"VEC": vec, "TEXEL": int(texel)},
+        spec={0: WORKGROUP, 1: quant_rows(dev)},
         buffers=4,
         push_size=32,
         texel={0: "rgba32ui"} if texel else None,
@@ -566,14 +573,14 @@ def dequantize(qt: QuantizedTensor, *, device: Device | None = None) -> np.ndarr
         for ch in qt.chunks:
             for start, rows in row_slices(ch.rows, y_rows):
                 steps = []
-                for first, count in row_slices(rows, grid_rows(dev) * QUANT_ROWS):
+                for first, count in row_slices(rows, grid_rows(dev) * quant_rows(dev)):
                     row = ch.row0 + start + first
                     y_row = row if direct is not None else first  # row in ybuf
                     signed = int(qt.symmetric)
                     push = c.pack_u32(
                         n, blocks, count, start + first, row, y_row, int(qt.per_channel), signed
                     )
-                    groups = (column_groups(dev, blocks), c.ceil_div(count, QUANT_ROWS), 1)
+                    groups = (column_groups(dev, blocks), c.ceil_div(count, quant_rows(dev)), 1)
                     steps.append(
                         Dispatch(pipe, (ch.buffer, scale_buf, zero_buf, ybuf), push, groups)
                     )
