@@ -215,7 +215,7 @@ def tune(
     device: Device,
     *,
     shape: tuple[int, int] = (1024, 4096),
-    rows_shape: tuple[int, int] = (2048, 4096),
+    rows_shape: tuple[int, int] = (4096, 4096),
     repeats: int = 5,
 ) -> dict[str, Any]:
     """Measure, store and return the choices for ``device`` (the file's content):
