@@ -78,3 +78,21 @@ float exact_round_near(float w, float inv, float s_hi, float s_lo) {
 float flush_subnormal(float v) {
     return (floatBitsToUint(v) & 0x7f800000u) == 0u ? 0.0 : v;
 }
+
+// One group's scale as the quantize kernels take it: s_norm in [1, 2), two normal powers
+// of two with f1 * f2 = s_norm / s (multiplying by them is exact), and the zero point.
+struct Group { float s_norm; float f1; float f2; int z; };
+
+// What exact_round_near needs of s_norm, computed once per group.
+struct Divisor { float inv; float s_hi; float s_lo; };
+Divisor divisor_of(Group g) {
+    float s_hi = uintBitsToFloat(floatBitsToUint(g.s_norm) & 0xfffff000u);
+    precise float s_lo = g.s_norm - s_hi;
+    return Divisor(1.0 / g.s_norm, s_hi, s_lo);  // 1 / s_norm only gives candidates
+}
+
+// q = clamp(roundEven(w / s) + z, qmin, qmax) with the exact quotient.
+int quantize_value(float w, Group g, Divisor d, int qmin, int qmax) {
+    precise float x = flush_subnormal(w) * g.f1 * g.f2;
+    return clamp(int(exact_round_near(x, d.inv, d.s_hi, d.s_lo)) + g.z, qmin, qmax);
+}

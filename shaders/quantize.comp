@@ -36,7 +36,6 @@ layout(std430, binding = 0) readonly buffer W { vec4 w4[]; };
 layout(std430, binding = 0) readonly buffer W { float w[]; };
 #endif
 layout(std430, binding = 1) writeonly buffer Q { uvec4 q4[]; };
-struct Group { float s_norm; float f1; float f2; int z; };
 #if TEXEL
 layout(binding = 2) uniform utextureBuffer group_texels;  // one rgba32ui texel per group
 Group group_at(uint i) {
@@ -63,9 +62,7 @@ layout(push_constant) uniform Push {
 
 void quantize_block(uint block, uint r) {
     Group g = group_at((pc.group_row0 + r) * pc.group_stride);
-    float inv = 1.0 / g.s_norm;  // only for candidates: the exact check corrects them
-    float s_hi = uintBitsToFloat(floatBitsToUint(g.s_norm) & 0xfffff000u);
-    precise float s_lo = g.s_norm - s_hi;
+    Divisor d = divisor_of(g);
     uint col0 = block * 16u;
     uint w_base = pc.w_first + r * pc.n;
     float v[16];
@@ -82,8 +79,7 @@ void quantize_block(uint block, uint r) {
 #endif
     uvec4 packed = uvec4(0u);
     [[unroll]] for (uint i = 0u; i < 16u; ++i) {
-        precise float x = flush_subnormal(v[i]) * g.f1 * g.f2;
-        int q = clamp(int(exact_round_near(x, inv, s_hi, s_lo)) + g.z, pc.qmin, pc.qmax);
+        int q = quantize_value(v[i], g, d, pc.qmin, pc.qmax);
 #if !VEC
         q = col0 + i < pc.n ? q : g.z;  // VEC blocks lie inside the row
 #endif

@@ -26,7 +26,6 @@ layout(std430, binding = 0) readonly buffer W { vec4 w4[]; };
 #endif
 layout(std430, binding = 1) writeonly buffer Q { uvec4 q4[]; };
 layout(std430, binding = 2) writeonly buffer RowInfo { uvec2 rowinfo[]; };  // (s bits, bad)
-struct Group { float s_norm; float f1; float f2; int z; };  // as in quantize.comp
 
 layout(push_constant) uniform Push {
     uint n4;          // vec4s per row (columns / 4)
@@ -91,12 +90,10 @@ Group group_of_scale(uint s_bits) {
                  uintBitsToFloat(uint(e - e1 + 127) << 23), 0);
 }
 
-uint quantize_word(vec4 a, Group g, float inv, float s_hi, float s_lo, int qmax) {
+uint quantize_word(vec4 a, Group g, Divisor d, int qmax) {
     uint word = 0u;
     for (uint j = 0u; j < 4u; ++j) {
-        precise float x = flush_subnormal(a[j]) * g.f1 * g.f2;
-        int q = clamp(int(exact_round_near(x, inv, s_hi, s_lo)), -qmax, qmax);
-        word |= (uint(q) & 0xffu) << (8u * j);
+        word |= (uint(quantize_value(a[j], g, d, -qmax, qmax)) & 0xffu) << (8u * j);
     }
     return word;
 }
@@ -120,16 +117,14 @@ void main() {
 
     // Pass 2: 16 columns per step; the last block's columns past the row give q = 0.
     Group g = group_of_scale(s_bits);
-    float inv = 1.0 / g.s_norm;  // only for candidates: the exact check corrects them
-    float s_hi = uintBitsToFloat(floatBitsToUint(g.s_norm) & 0xfffff000u);
-    precise float s_lo = g.s_norm - s_hi;
+    Divisor d = divisor_of(g);
     int qmax = int(pc.qmax);
     uint q_base = (pc.q_row0 + r) * pc.row_blocks;
     for (uint b = lane; b < pc.row_blocks; b += step) {
         uvec4 packed;
         for (uint k = 0u; k < 4u; ++k) {
             uint v = 4u * b + k;
-            uint word = quantize_word(W4(base + min(v, pc.n4 - 1u)), g, inv, s_hi, s_lo, qmax);
+            uint word = quantize_word(W4(base + min(v, pc.n4 - 1u)), g, d, qmax);
             packed[k] = v < pc.n4 ? word : 0u;
         }
         q4[q_base + b] = packed;
