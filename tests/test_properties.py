@@ -213,13 +213,17 @@ def matvec_inputs(draw: st.DrawFn):
     return w, x, bias
 
 
+# What every matvec property draws: weights, x and bias, weight options, activation mode.
+MATVEC_CASES = {
+    "case": matvec_inputs(),
+    "options": WEIGHT_OPTIONS,
+    "activations": st.sampled_from(["float", "int8", "uint8"]),
+}
+
+
 @needs_quant
 @SETTINGS
-@given(
-    case=matvec_inputs(),
-    options=WEIGHT_OPTIONS,
-    activations=st.sampled_from(["float", "int8", "uint8"]),
-)
+@given(**MATVEC_CASES)
 def test_matvec_matches_reference(device, case, options, activations):
     from vkcore.kernels import matvec as mv
 
@@ -249,12 +253,7 @@ def test_matvec_matches_reference(device, case, options, activations):
 
 @needs_quant
 @SETTINGS
-@given(
-    case=matvec_inputs(),
-    options=WEIGHT_OPTIONS,
-    activations=st.sampled_from(["float", "int8", "uint8"]),
-    data=st.data(),
-)
+@given(**MATVEC_CASES, data=st.data())
 def test_matvec_non_finite_activations(device, case, options, activations, data):
     """float mode: NaN and inf propagate as in the reference; integer modes: all NaN."""
     w, x, bias = case
