@@ -567,6 +567,7 @@ def dequantize(qt: QuantizedTensor, *, device: Device | None = None) -> np.ndarr
         texel={0: "rgba32ui"} if texel else None,
     )
     blocks = qt.row_bytes // BLOCK
+    signed, per_channel = int(qt.symmetric), int(qt.per_channel)
     # Otherwise a reused device buffer (fresh pages would fault inside the kernel) and a copy.
     ybuf = direct if direct is not None else pool.acquire(min(m, y_rows) * n * 4)
     try:
@@ -576,9 +577,8 @@ def dequantize(qt: QuantizedTensor, *, device: Device | None = None) -> np.ndarr
                 for first, count in row_slices(rows, grid_rows(dev) * quant_rows(dev)):
                     row = ch.row0 + start + first
                     y_row = row if direct is not None else first  # row in ybuf
-                    signed = int(qt.symmetric)
                     push = c.pack_u32(
-                        n, blocks, count, start + first, row, y_row, int(qt.per_channel), signed
+                        n, blocks, count, start + first, row, y_row, per_channel, signed
                     )
                     groups = (column_groups(dev, blocks), c.ceil_div(count, quant_rows(dev)), 1)
                     steps.append(
