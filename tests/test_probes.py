@@ -1,0 +1,29 @@
+"""``vkcore bench --probes``: each probe measures both of its sides and says so in words."""
+
+import math
+
+from vkcore import probes
+
+
+def _positive(*values):
+    return all(isinstance(v, float) and math.isfinite(v) and v > 0 for v in values)
+
+
+def test_page_fault_probe_times_fresh_and_reused_fills():
+    r = probes.page_faults(2, nbytes=4 << 20)
+    assert r["bytes"] == 4 << 20
+    assert _positive(r["fresh_ms"], r["reused_ms"])
+    assert math.isclose(r["first_touch_ms"], r["fresh_ms"] - r["reused_ms"])
+    assert r["minor_faults"] is None or r["minor_faults"] >= 0
+
+
+def test_blas_spin_and_dequantize_probes_time_both_sides(device):
+    spin = probes.blas_spin(device, 1, shape=(64, 256))
+    assert spin["shape"] == [64, 256] and _positive(spin["after_blas_ms"], spin["after_rest_ms"])
+    deq = probes.dequantize(device, 1, shape=(64, 256))
+    assert _positive(deq["numpy_ms"], deq["vkcore_ms"])
+    assert math.isclose(deq["ratio"], deq["numpy_ms"] / deq["vkcore_ms"])
+    text = probes.format_probes([probes.page_faults(1, nbytes=1 << 20), spin, deq])
+    assert "first touch costs" in text
+    assert "right after numpy W @ x" in text
+    assert "dequantize 64x256" in text
