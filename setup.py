@@ -45,7 +45,7 @@ if not found:
 def one(variant):
     name, defines = variant
     key = spirv.source_key(name, defines)
-    (out / f"{key}.spv").write_bytes(spirv.compile_glsl(name, defines))
+    (out / f"{key}.spv").write_bytes(spirv.encode_entry(key, spirv.compile_glsl(name, defines)))
     return {"key": key, "shader": name, "defines": defines}
 
 with ThreadPoolExecutor() as pool:

@@ -1,45 +1,137 @@
-"""Environment variables read by vkcore, in one place.
+"""Environment variables read by vkcore, in one place, with one rule for bad values.
 
-==========================  ==============================================================
-``VKCORE_DEVICE``           device index or a substring of its name (default: best device)
-``VKCORE_VALIDATION``       ``1`` enables the Khronos validation layer and raises on errors
-``VKCORE_CACHE_DIR``        cache root (default ``$XDG_CACHE_HOME/vkcore``, ``~/.cache/vkcore``)
-``VKCORE_PIPELINE_CACHE``   ``0`` disables the persisted VkPipelineCache
-``VKCORE_SPIRV_CACHE``      ``0`` disables the on-disk SPIR-V cache
-``VKCORE_FORCE_STAGING``    ``1`` uses device-local memory plus a staging buffer even where
-                            host-visible device memory exists (tests the discrete-GPU path)
-``VKCORE_TEXEL``            ``0`` reads kernel inputs through storage buffers instead of
-                            uniform texel buffers (the faster path on lavapipe)
-``VKCORE_DEVICE_SCALES``    ``0`` computes symmetric per-channel quantization scales on the
-                            host, as the other modes do (same values, one more pass)
-==========================  ==============================================================
+==================================  ======================================================
+``VKCORE_DEVICE``                   device index or a substring of its name (default: the
+                                    best device)
+``VKCORE_VALIDATION``               flag, default off: the Khronos validation layer, its
+                                    errors raised
+``VKCORE_CACHE_DIR``                cache root (default ``$XDG_CACHE_HOME/vkcore``, else
+                                    ``~/.cache/vkcore``)
+``VKCORE_PIPELINE_CACHE``           flag, default on: the persisted VkPipelineCache
+``VKCORE_PIPELINE_CACHE_MAX_BYTES`` integer 1 .. 2**48, default 256 MiB: the size cap of
+                                    a pipeline-cache file read or written
+``VKCORE_SPIRV_CACHE``              flag, default on: the on-disk SPIR-V cache
+``VKCORE_SHADER_DIR``               folder of GLSL sources (default: the package's)
+``VKCORE_FORCE_STAGING``            flag, default off: device-local memory plus a staging
+                                    buffer even where host-visible device memory exists
+``VKCORE_TEXEL``                    flag, default on: kernel inputs through uniform texel
+                                    buffers (off: storage buffers)
+``VKCORE_DEVICE_SCALES``            flag, default on: symmetric per-channel quantization
+                                    scales computed on the device (off: on the host)
+==================================  ======================================================
 
-``VKCORE_PIPELINE_CACHE_MAX_BYTES`` caps the size of a pipeline-cache file that is read
-or written (default 256 MiB); ``vkcore.pipeline_cache.max_bytes`` reads it.
+The rule: an unset or blank variable means its default, silently. A value that cannot be
+used (a flag that is not one of ``1 true yes on`` / ``0 false no off``, any case; an
+integer that does not parse or is out of bounds; a folder that is not a folder; a device
+no selector matches) is one warning on the ``vkcore`` logger, once per variable and value
+in a process, and the default. A bad environment never raises and never changes a result:
+``VKCORE_VALIDATION=maybe`` does not turn validation on.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+log = logging.getLogger("vkcore")
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+_warned: set[tuple[str, str]] = set()
+_warned_lock = threading.Lock()
+T = TypeVar("T")
+
+
+def _text(name: str) -> str | None:
+    """The variable's value stripped, or None when it is unset or blank."""
+    value = os.environ.get(name)
+    if value is None or not value.strip():
+        return None
+    return value.strip()
+
+
+def warn_ignored(name: str, value: str, why: str, default: object) -> None:
+    """The one warning for an unusable value (once per variable and value)."""
+    with _warned_lock:
+        if (name, value) in _warned:
+            return
+        _warned.add((name, value))
+    log.warning("ignoring %s=%r: %s; using the default (%s)", name, value, why, default)
 
 
 def env_flag(name: str, default: bool = False) -> bool:
-    """True when the variable is set to something other than 0/false/no/off/empty."""
-    value = os.environ.get(name)
+    """``1 true yes on`` is True, ``0 false no off`` is False (any case); unset or blank is
+    ``default``; anything else warns once and is ``default``."""
+    value = _text(name)
     if value is None:
         return default
-    return value.strip().lower() not in ("", "0", "false", "no", "off")
+    if value.lower() in _TRUE:
+        return True
+    if value.lower() in _FALSE:
+        return False
+    warn_ignored(name, value, f"a flag is one of {'/'.join(_TRUE + _FALSE)}", default)
+    return default
+
+
+def env_int(name: str, default: int, *, lo: int, hi: int) -> int:
+    """A decimal integer in ``[lo, hi]``; unset or blank is ``default``; anything else
+    warns once and is ``default``."""
+    value = _text(name)
+    if value is None:
+        return default
+    # ASCII digits only (int() also takes "1_000" and other scripts' digits), bounded length
+    number = int(value) if re.fullmatch(r"[+-]?[0-9]{1,40}", value) else None
+    if number is None or not lo <= number <= hi:
+        warn_ignored(name, value, f"expected an integer from {lo} to {hi}", default)
+        return default
+    return number
+
+
+def env_dir(name: str, *, must_exist: bool) -> Path | None:
+    """A folder path (``~`` expanded), or None when unset, blank or unusable (warned once):
+    not a folder when it exists, or missing when ``must_exist``."""
+    value = _text(name)
+    if value is None:
+        return None
+    try:
+        path = Path(value).expanduser()
+        exists, is_dir = path.exists(), path.is_dir()
+    except (OSError, RuntimeError, ValueError) as exc:  # unresolvable ~user, too long, NUL
+        warn_ignored(name, value, f"not a usable path ({exc})", "unset")
+        return None
+    if (exists and not is_dir) or (must_exist and not exists):
+        warn_ignored(name, value, "not a folder" if exists else "no such folder", "unset")
+        return None
+    return path
+
+
+def env_choice(name: str, pick: Callable[[str | None], T]) -> T:
+    """``pick(value)``; when it raises ValueError on the variable's value, one warning and
+    ``pick(None)`` (its default)."""
+    value = _text(name)
+    if value is None:
+        return pick(None)
+    try:
+        return pick(value)
+    except ValueError as exc:
+        warn_ignored(name, value, str(exc), "the default choice")
+        return pick(None)
 
 
 def cache_dir() -> Path:
     """Root of vkcore's on-disk caches, following the Mesa/pip/Triton convention."""
-    explicit = os.environ.get("VKCORE_CACHE_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "vkcore"
+    explicit = env_dir("VKCORE_CACHE_DIR", must_exist=False)
+    if explicit is not None:
+        return explicit
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(xdg):  # the XDG spec: a relative value is invalid and ignored
+        return Path(xdg) / "vkcore"
+    return Path.home() / ".cache" / "vkcore"
 
 
 def validation_requested() -> bool:
@@ -47,5 +139,5 @@ def validation_requested() -> bool:
 
 
 def device_selector() -> str | None:
-    value = os.environ.get("VKCORE_DEVICE")
-    return value.strip() if value and value.strip() else None
+    """The raw ``VKCORE_DEVICE`` selector; :func:`env_choice` applies the warning rule."""
+    return _text("VKCORE_DEVICE")

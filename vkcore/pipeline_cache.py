@@ -21,20 +21,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import logging
 import os
-import stat
 import struct
-import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any
 
-from . import config, vkapi
+from . import cachefs, config, vkapi
 from .errors import VulkanError
 
 if TYPE_CHECKING:
@@ -46,8 +43,8 @@ log = logging.getLogger("vkcore")
 FORMAT_VERSION = 1
 MAGIC = b"VKCOREPC"
 SUFFIX = ".vkpc"
-LOCK_NAME = ".lock"
-TEMP_PREFIX = ".tmp-"
+LOCK_NAME = cachefs.LOCK_NAME
+TEMP_PREFIX = cachefs.TEMP_PREFIX
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 MAX_BYTES_ENV = "VKCORE_PIPELINE_CACHE_MAX_BYTES"
 
@@ -68,7 +65,7 @@ _warned_folders: set[str] = set()
 _warned_lock = threading.Lock()
 
 
-class CacheFileError(ValueError):
+class CacheFileError(cachefs.EntryError):
     """A pipeline-cache file is damaged or does not belong to the expected device."""
 
 
@@ -272,17 +269,9 @@ def check_for_device(cache_file: CacheFile, key: CacheKey) -> None:
 
 
 def max_bytes() -> int:
-    """The size cap for a cache file (``$VKCORE_PIPELINE_CACHE_MAX_BYTES``, default 256 MiB)."""
-    value = os.environ.get(MAX_BYTES_ENV, "").strip()
-    if not value:
-        return DEFAULT_MAX_BYTES
-    try:
-        cap = int(value)
-    except ValueError:
-        raise ValueError(f"{MAX_BYTES_ENV} must be a positive integer, got {value!r}") from None
-    if cap <= 0:
-        raise ValueError(f"{MAX_BYTES_ENV} must be a positive integer, got {value!r}")
-    return cap
+    """The size cap for a cache file (``$VKCORE_PIPELINE_CACHE_MAX_BYTES``, default 256 MiB;
+    an unusable value warns once and is the default)."""
+    return config.env_int(MAX_BYTES_ENV, DEFAULT_MAX_BYTES, lo=1, hi=2**48)
 
 
 def pipeline_dir(root: str | os.PathLike[str] | None = None) -> Path:
@@ -294,90 +283,25 @@ def pipeline_dir(root: str | os.PathLike[str] | None = None) -> Path:
     return (Path(root).expanduser() if root is not None else config.cache_dir()) / "pipeline"
 
 
-def _open_for_reading(path: Path) -> BinaryIO:
-    return open(path, "rb")  # noqa: SIM115 - closed by the caller's with-block
-
-
 def read_file(path: Path, cap: int) -> bytes:
-    """The bytes of a cache file; ``CacheFileError`` if it is not a regular file,
-    exceeds ``cap`` (refused unread) or cannot be read; ``FileNotFoundError`` if absent."""
+    """The bytes of a cache file; ``CacheFileError`` if it is not a regular file, exceeds
+    ``cap`` (refused unread), cannot be read or is not trusted (owner, folder mode: see
+    :mod:`vkcore.cachefs`); ``FileNotFoundError`` if absent."""
     try:
-        st = path.stat()
-    except FileNotFoundError:
+        return cachefs.read_entry(path, cap, cap_name=MAX_BYTES_ENV)
+    except (FileNotFoundError, cachefs.FolderUntrusted):
         raise
-    except OSError as exc:
-        raise CacheFileError(f"cannot read: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise CacheFileError("not a regular file")
-    if st.st_size > cap:
-        raise CacheFileError(
-            f"{st.st_size} bytes is above the cap of {cap} bytes ({MAX_BYTES_ENV})"
-        )
-    try:
-        with _open_for_reading(path) as fh:
-            data = fh.read(cap + 1)
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        raise CacheFileError(f"cannot read: {exc.strerror or exc}") from None
-    if len(data) > cap:
-        raise CacheFileError(f"grew above the cap of {cap} bytes while being read")
-    return data
+    except cachefs.EntryError as exc:
+        raise CacheFileError(str(exc)) from None
 
 
-@contextlib.contextmanager
-def folder_lock(folder: Path) -> Iterator[None]:
-    """An exclusive ``flock`` on ``folder/.lock``, shared by every process using the folder."""
-    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
-
-
-def _make_temp(folder: Path) -> tuple[int, str]:
-    return tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=SUFFIX, dir=folder)
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a fsynced temp file in the same folder and
-    ``os.replace``; the temp file is removed if anything fails."""
-    fd, temp = _make_temp(path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
-    with contextlib.suppress(OSError):  # make the rename itself durable
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+folder_lock = cachefs.folder_lock
+write_atomic = cachefs.write_atomic
 
 
 def remove_stale_temp_files(folder: Path) -> int:
-    """Remove temp files left by a save that died; call only while holding ``folder_lock``.
-
-    Temp files are written only under the lock, so any found while holding it is stale.
-    """
-    removed = 0
-    for path in folder.glob(TEMP_PREFIX + "*" + SUFFIX):
-        with contextlib.suppress(FileNotFoundError, IsADirectoryError):
-            path.unlink()
-            removed += 1
-    if removed:
-        log.info("removed %d temp file(s) left by an interrupted pipeline-cache save", removed)
-    return removed
+    """Remove temp files left by a save that died; call only while holding ``folder_lock``."""
+    return cachefs.remove_stale_temps(folder)
 
 
 def _warn_folder_once(folder: Path, exc: OSError) -> None:
@@ -426,6 +350,7 @@ class PipelineCache:
         self.saved_header_only: bool | None = None
         self._written: bytes | None = None  # file bytes this object last read or wrote
         self._unwritable = False
+        self._warned = False  # a load warning was given: a failing save then only logs
         self._create(self._load_payload())
 
     # ------------------------------------------------------------------ load
@@ -439,22 +364,23 @@ class PipelineCache:
             self.load_status = "missing"
             log.debug("no pipeline cache at %s: cold start", self.path)
             return None
-        except CacheFileError as exc:
-            self._reject(str(exc))
+        except cachefs.EntryError as exc:
+            self._reject(exc)
             return None
         try:
             parsed = decode(data)
             check_for_device(parsed, self.key)
         except CacheFileError as exc:
-            self._reject(str(exc))
+            self._reject(exc)
             return None
         self._written = data
         self.loaded_header_only = parsed.header_only
         return parsed.payload
 
-    def _reject(self, why: str) -> None:
-        self.load_status = f"rejected: {why}"
-        log.warning("pipeline cache %s ignored, cold start: %s", self.path, why)
+    def _reject(self, exc: cachefs.EntryError) -> None:
+        self.load_status = f"rejected: {exc}"
+        self._warned = True
+        cachefs.report(exc, "pipeline cache %s ignored, cold start: %s", self.path, exc)
 
     def _create(self, data: bytes | None) -> None:
         """Create the VkPipelineCache from ``data`` (validated) or empty; never fails on data."""
@@ -462,7 +388,9 @@ class PipelineCache:
             try:
                 self.handle = self._new_cache(data)
             except VulkanError as exc:
-                self._reject(f"the driver refused data that passed every check ({exc})")
+                self._reject(
+                    CacheFileError(f"the driver refused data that passed every check ({exc})")
+                )
                 self.loaded_header_only = False
             else:
                 self.load_status = "loaded"
@@ -556,12 +484,15 @@ class PipelineCache:
             return False
         with self.lock:
             try:
-                self.folder.mkdir(parents=True, exist_ok=True)
+                cachefs.make_private_dir(self.folder)
                 with folder_lock(self.folder):
                     return self._save_locked(force)
             except OSError as exc:
                 self._unwritable = True
-                _warn_folder_once(self.folder, exc)
+                if self._warned:  # e.g. a folder in place of the file: already warned
+                    log.info("pipeline cache %s not saved: %s", self.path, exc)
+                else:
+                    _warn_folder_once(self.folder, exc)
                 return False
 
     def _save_locked(self, force: bool) -> bool:
@@ -606,7 +537,7 @@ class PipelineCache:
             check_for_device(decode(data), self.key)
         except FileNotFoundError:
             return None
-        except CacheFileError as exc:
+        except cachefs.EntryError as exc:
             log.info("pipeline cache %s will be replaced: %s", self.path, exc)
             return None
         return data

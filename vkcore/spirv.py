@@ -6,9 +6,20 @@ Lookup order for a shader variant (file name + defines):
    source key hashes the GLSL source with its includes, the defines and the target
    environment. A changed shader has another key, so stale SPIR-V is never used.
 2. *cache*: ``$VKCORE_CACHE_DIR/spirv/<key>.spv``, where the key also covers the
-   compiler's version (``VKCORE_SPIRV_CACHE=0`` disables it).
+   compiler's version and the entry format (``VKCORE_SPIRV_CACHE=0`` disables it).
 3. *compiled*: ``glslangValidator`` then ``spirv-val``; the result is written to the cache
-   atomically (temp file + ``os.replace``).
+   atomically under the folder's lock (:mod:`vkcore.cachefs`).
+
+Shipped and cached files are *entries*: an 80-byte header (magic ``VKCORESV``, format,
+code size, the key, SHA-256 of key and code) in front of the SPIR-V words. Before use an
+entry must be a regular file of at most 16 MiB; a cached one must also be owned by this
+user in a folder others cannot write (shipped ones are as trusted as the package's code).
+Then the header, the key (an entry copied under another key is refused), the digest and
+the SPIR-V structure (magic, version 1.0-1.6, bound, schema 0, every instruction's word
+count adding up exactly, a GLCompute entry point) are checked. ``spirv-val`` is not run
+at load: it is a 10-30 ms process per variant and absent from an installed wheel; the
+digest proves the words are the ones ``spirv-val`` accepted when they were compiled. A
+failed check is one warning, then the variant is recompiled (and the entry rewritten).
 
 Every variant a kernel can request is declared once, next to the kernel, with
 :func:`register_variants`; :func:`variants` lists them all, and the wheel build (``setup.py``)
@@ -21,10 +32,10 @@ import hashlib
 import importlib
 import itertools
 import logging
-import os
 import pkgutil
 import re
 import shutil
+import struct
 import subprocess
 import tempfile
 import threading
@@ -34,11 +45,20 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from . import config
+from . import cachefs, config
 
 log = logging.getLogger("vkcore")
 
 TARGET_ENV = "vulkan1.1"
+ENTRY_MAGIC = b"VKCORESV"
+ENTRY_FORMAT = 1
+# magic, format, code bytes, key (32 ASCII hex digits), SHA-256 of key + code
+_ENTRY = struct.Struct("<8sII32s32s")
+MAX_ENTRY_BYTES = 16 * 1024 * 1024
+_SPIRV_MAGIC = 0x07230203
+_SPIRV_MAX_BOUND = 1 << 22  # the Vulkan minimum for the id bound limit is 4,194,303
+_OP_MEMORY_MODEL, _OP_ENTRY_POINT, _OP_CAPABILITY = 14, 15, 17
+_GL_COMPUTE = 5
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 _memo: dict[str, Spirv] = {}
@@ -63,9 +83,9 @@ class Spirv:
 
 def shader_dir() -> Path:
     """The GLSL sources: ``vkcore/shaders`` in a wheel, the repository's ``shaders/`` otherwise."""
-    override = os.environ.get("VKCORE_SHADER_DIR")
-    if override:
-        return Path(override)
+    override = config.env_dir("VKCORE_SHADER_DIR", must_exist=True)
+    if override is not None:
+        return override
     for candidate in (_PACKAGE_DIR / "shaders", _PACKAGE_DIR.parent / "shaders"):
         if candidate.is_dir():
             return candidate
@@ -126,16 +146,16 @@ def get(name: str, defines: dict[str, int | str] | None = None) -> Spirv:
     """SPIR-V for ``shaders/<name>`` with ``defines``: shipped, cached or compiled."""
     defines = dict(defines or {})
     start = time.perf_counter()
-    if not os.environ.get("VKCORE_SHADER_DIR"):
+    if config.env_dir("VKCORE_SHADER_DIR", must_exist=True) is None:
         _requested.setdefault(_variant_id(name, defines), defines)
     skey = source_key(name, defines)
     with _memo_lock:
         hit = _memo.get(skey)
     if hit is not None:
         return Spirv(hit.code, "memory", time.perf_counter() - start, hit.key)
-    shipped = shipped_dir() / f"{skey}.spv"
-    if shipped.is_file():
-        result = Spirv(shipped.read_bytes(), "shipped", 0.0, skey)
+    code = _shipped(skey)
+    if code is not None:
+        result = Spirv(code, "shipped", 0.0, skey)
     else:
         result = _cached_or_compiled(name, defines, skey)
     result = Spirv(result.code, result.origin, time.perf_counter() - start, result.key)
@@ -144,27 +164,106 @@ def get(name: str, defines: dict[str, int | str] | None = None) -> Spirv:
     return result
 
 
-def _cached_or_compiled(name: str, defines: dict[str, int | str], skey: str) -> Spirv:
+def _shipped(skey: str) -> bytes | None:
+    """The checked SPIR-V shipped in the wheel for ``skey``, or None (warned if damaged)."""
+    path = shipped_dir() / f"{skey}.spv"
+    try:
+        return read_entry(path, skey, trust=False)
+    except FileNotFoundError:
+        return None
+    except cachefs.EntryError as exc:
+        log.warning("shipped SPIR-V %s ignored (reinstall vkcore): %s", path, exc)
+        return None
+
+
+def cache_key(skey: str) -> str:
+    """The cache entry's key: the source key plus the compiler version and entry format."""
     version = compiler_version()
-    key = hashlib.sha256(f"{skey}|{version}".encode()).hexdigest()[:32]
+    return hashlib.sha256(f"{skey}|{version}|entry{ENTRY_FORMAT}".encode()).hexdigest()[:32]
+
+
+def _cached_or_compiled(name: str, defines: dict[str, int | str], skey: str) -> Spirv:
+    key = cache_key(skey)
     folder = _cache_dir()
-    if folder is not None:
-        path = folder / f"{key}.spv"
+    path = folder / f"{key}.spv" if folder is not None else None
+    warned = False
+    if path is not None:
         try:
-            code = path.read_bytes()
-            if _looks_like_spirv(code):
-                return Spirv(code, "cache", 0.0, key)
-            log.warning("ignoring damaged SPIR-V cache file %s", path)
-        except OSError:
+            return Spirv(read_entry(path, key), "cache", 0.0, key)
+        except FileNotFoundError:
             pass
+        except cachefs.EntryError as exc:
+            cachefs.report(exc, "SPIR-V cache entry %s ignored, recompiling: %s", path, exc)
+            warned = True
     code = compile_glsl(name, defines)
-    if folder is not None:
-        _write_atomic(folder, f"{key}.spv", code)
+    if path is not None:
+        _store(path, encode_entry(key, code), quiet=warned)
     return Spirv(code, "compiled", 0.0, key)
 
 
-def _looks_like_spirv(code: bytes) -> bool:
-    return len(code) >= 20 and len(code) % 4 == 0 and code[:4] == b"\x03\x02\x23\x07"
+def encode_entry(key: str, code: bytes) -> bytes:
+    """An entry's bytes: the header (with the digest of key and code), then ``code``."""
+    raw_key = key.encode("ascii")
+    if len(raw_key) != 32:
+        raise ValueError(f"key must be 32 hex digits, got {key!r}")
+    return _ENTRY.pack(ENTRY_MAGIC, ENTRY_FORMAT, len(code), raw_key, _digest(raw_key, code)) + code
+
+
+def _digest(raw_key: bytes, code: bytes) -> bytes:
+    return cachefs.sha256(ENTRY_MAGIC, raw_key, code)
+
+
+def decode_entry(data: bytes, key: str) -> bytes:
+    """The SPIR-V words of an entry stored under ``key``; :class:`cachefs.EntryError`
+    saying what is wrong (header, key, digest or SPIR-V structure)."""
+    if len(data) < _ENTRY.size:
+        raise cachefs.EntryError(f"truncated: {len(data)} bytes, the header alone is {_ENTRY.size}")
+    magic, version, size, raw_key, digest = _ENTRY.unpack_from(data)
+    if magic != ENTRY_MAGIC:
+        raise cachefs.EntryError(f"not a vkcore SPIR-V entry (magic {magic[:8]!r})")
+    if version != ENTRY_FORMAT:
+        raise cachefs.EntryError(f"entry format {version}, this vkcore reads {ENTRY_FORMAT}")
+    code = data[_ENTRY.size :]
+    if size != len(code):
+        raise cachefs.EntryError(f"code size field {size}, the entry holds {len(code)} bytes")
+    if raw_key != key.encode("ascii"):
+        raise cachefs.EntryError(f"written under key {raw_key[:32]!r}, looked up as {key}")
+    if _digest(raw_key, code) != digest:
+        raise cachefs.EntryError("SHA-256 mismatch (damaged entry)")
+    check_spirv(code)
+    return code
+
+
+def read_entry(path: Path, key: str, *, trust: bool = True) -> bytes:
+    """Read and check the entry at ``path`` for ``key`` (see the module docstring)."""
+    return decode_entry(cachefs.read_entry(path, MAX_ENTRY_BYTES, trust=trust), key)
+
+
+def check_spirv(code: bytes) -> None:
+    """Structural checks of a SPIR-V module (cheap: one walk over the instructions)."""
+    if len(code) < 20 or len(code) % 4:
+        raise cachefs.EntryError(f"SPIR-V of {len(code)} bytes: not whole words or no header")
+    words = struct.unpack(f"<{len(code) // 4}I", code)
+    magic, version, _generator, bound, schema = words[:5]
+    if magic != _SPIRV_MAGIC:
+        raise cachefs.EntryError(f"SPIR-V magic 0x{magic:08x}")
+    if version & 0xFF0000FF or (version >> 16) & 0xFF != 1 or (version >> 8) & 0xFF > 6:
+        raise cachefs.EntryError(f"SPIR-V version word 0x{version:08x}")
+    if not 0 < bound <= _SPIRV_MAX_BOUND or schema != 0:
+        raise cachefs.EntryError(f"SPIR-V id bound {bound} or schema {schema}")
+    at, seen, compute = 5, set(), False
+    while at < len(words):
+        count, op = words[at] >> 16, words[at] & 0xFFFF
+        if count == 0 or at + count > len(words):
+            raise cachefs.EntryError(f"SPIR-V instruction at word {at} runs past the end")
+        if at == 5 and op != _OP_CAPABILITY:
+            raise cachefs.EntryError("SPIR-V does not start with OpCapability")
+        if op == _OP_ENTRY_POINT and count > 1 and words[at + 1] == _GL_COMPUTE:
+            compute = True
+        seen.add(op)
+        at += count
+    if _OP_MEMORY_MODEL not in seen or not compute:
+        raise cachefs.EntryError("SPIR-V has no memory model or no GLCompute entry point")
 
 
 def compile_glsl(name: str, defines: dict[str, int | str]) -> bytes:
@@ -198,26 +297,41 @@ def compile_glsl(name: str, defines: dict[str, int | str]) -> bytes:
     return code
 
 
-def _write_atomic(folder: Path, filename: str, data: bytes) -> None:
-    """Write ``folder/filename`` via a temp file and ``os.replace``; failures only log."""
-    tmp_name = None
+_unwritable: set[str] = set()
+
+
+def _store(path: Path, data: bytes, *, quiet: bool) -> None:
+    """Write an entry; a failure is one warning per folder (``quiet``: only logged, the
+    entry was already warned about), never an error."""
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{filename}.", suffix=".tmp", dir=folder)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp_name, folder / filename)
-        tmp_name = None
+        cachefs.store(path, data)
     except OSError as exc:
-        log.warning("could not write SPIR-V cache file in %s: %s", folder, exc)
-    finally:
-        if tmp_name is not None:
-            try:
-                os.unlink(tmp_name)
-            except OSError:
-                pass
+        folder = str(path.parent)
+        if quiet or folder in _unwritable:
+            log.info("SPIR-V cache entry %s not written: %s", path, exc)
+            return
+        _unwritable.add(folder)
+        log.warning("could not write SPIR-V cache entries in %s: %s", folder, exc)
+
+
+def entry_files(folder: Path) -> list[Path]:
+    """Entries (and leftover temp files) in a SPIR-V cache folder, sorted by name."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.name.endswith(".spv"))
+
+
+def entry_state(path: Path) -> str:
+    """``"intact"`` or why the cache entry at ``path`` would be refused (for the CLI)."""
+    if cachefs.is_temp(path):
+        return "leftover temp file (an interrupted write)"
+    try:
+        read_entry(path, path.name[: -len(".spv")])
+    except cachefs.EntryError as exc:
+        return f"damaged: {exc}"
+    except (FileNotFoundError, UnicodeEncodeError) as exc:
+        return f"damaged: {exc}"
+    return "intact"
 
 
 def clear_memory_cache() -> None:
