@@ -92,6 +92,7 @@ class Submitter:
         self._seconds: float | None = None
         self._seconds_pending = False  # timestamps written by the latest run, not yet read
         self.live_descriptor_sets = 0  # allocated and not yet freed (Device.live_objects)
+        self._in_flight = False  # submitted, fence not yet waited for and reset
         self._recorded: OrderedDict[tuple[Any, ...], _Recorded] = OrderedDict()
         self.reuse_hits = 0  # submissions of an already recorded command buffer
         # Built once: every struct made through the binding costs microseconds per call.
@@ -109,9 +110,14 @@ class Submitter:
             commandBufferCount=1,
         )
         out = dev.ffi.new("VkCommandBuffer[1]")
-        vkapi.check(
-            dev.lib.vkAllocateCommandBuffers(dev.handle, alloc, out), "vkAllocateCommandBuffers"
-        )
+        try:
+            vkapi.check(
+                dev.lib.vkAllocateCommandBuffers(dev.handle, alloc, out), "vkAllocateCommandBuffers"
+            )
+        except BaseException:  # an interrupt as the call returned: free what it allocated
+            if out[0] != dev.ffi.NULL:
+                dev.lib.vkFreeCommandBuffers(dev.handle, dev.command_pool, 1, out)
+            raise
         return out[0]
 
     # ------------------------------------------------------------------ dispatch
@@ -139,8 +145,9 @@ class Submitter:
                 rec = self._recorded_for(key, dispatches, timed)
                 self._submit_and_wait(rec.command_buffer, rec.submit)
             else:
-                sets = self._descriptor_sets(dispatches)
+                sets: list[Any] = []
                 try:
+                    self._descriptor_sets(dispatches, sets)
                     self._record(self.command_buffer, dispatches, sets, timed, one_time=True)
                     self._submit_and_wait(self.command_buffer)
                 finally:
@@ -174,27 +181,30 @@ class Submitter:
     def _recorded_for(
         self, key: tuple[Any, ...], dispatches: Sequence[Dispatch], timed: bool
     ) -> _Recorded:
-        rec = self._recorded.get(key)
-        if rec is not None:
+        kept = self._recorded.get(key)
+        if kept is not None:
             self._recorded.move_to_end(key)
             self.reuse_hits += 1
-            return rec
-        sets = self._descriptor_sets(dispatches)
+            return kept
+        # Kept only once fully recorded; on any failure what was made so far is freed.
+        sets: list[Any] = []
+        rec: _Recorded | None = None
         try:
-            command_buffer = self._allocate_command_buffer()
-        except BaseException:
-            self._free_sets(sets)
-            raise
-        rec = _Recorded(
-            command_buffer, sets, frozenset(id(b) for d in dispatches for b in d.buffers)
-        )
-        rec.keep = vkapi.Keep()
-        cbs = rec.keep.new("VkCommandBuffer[1]", [rec.command_buffer])
-        rec.submit = rec.keep.struct("VkSubmitInfo", commandBufferCount=1, pCommandBuffers=cbs)
-        try:
+            self._descriptor_sets(dispatches, sets)
+            rec = _Recorded(
+                self._allocate_command_buffer(),
+                sets,
+                frozenset(id(b) for d in dispatches for b in d.buffers),
+            )
+            rec.keep = vkapi.Keep()
+            cbs = rec.keep.new("VkCommandBuffer[1]", [rec.command_buffer])
+            rec.submit = rec.keep.struct("VkSubmitInfo", commandBufferCount=1, pCommandBuffers=cbs)
             self._record(rec.command_buffer, dispatches, sets, timed, one_time=False)
         except BaseException:
-            self._release_recorded(rec)
+            if rec is not None:
+                self._release_recorded(rec)
+            else:
+                self._free_sets(sets)
             raise
         self._recorded[key] = rec
         while len(self._recorded) > _MAX_RECORDED:
@@ -243,11 +253,13 @@ class Submitter:
             while self._recorded:
                 self._release_recorded(self._recorded.popitem()[1])
 
-    def _descriptor_sets(self, dispatches: Sequence[Dispatch]) -> list[Any]:
+    def _descriptor_sets(self, dispatches: Sequence[Dispatch], into: list[Any]) -> list[Any]:
+        """One written descriptor set per dispatch, appended to ``into`` as soon as they
+        are allocated: the caller frees them whatever fails (or is interrupted) later."""
         dev = self.device
         ffi, lib = dev.ffi, dev.lib
         if not dispatches:
-            return []
+            return into
         for d in dispatches:  # refuse a bad dispatch before allocating, so no set leaks
             if len(d.buffers) != d.pipeline.buffers:
                 want, got = d.pipeline.buffers, len(d.buffers)
@@ -262,13 +274,21 @@ class Submitter:
             descriptorSetCount=len(dispatches),
             pSetLayouts=layouts,
         )
-        out = ffi.new("VkDescriptorSet[]", len(dispatches))
-        result = lib.vkAllocateDescriptorSets(dev.handle, info, out)
-        if result != 0 and self._recorded:  # the pool is shared with kept recordings
-            self.drop_recorded()
+        out = ffi.new("VkDescriptorSet[]", len(dispatches))  # NULL handles until allocated
+        try:
             result = lib.vkAllocateDescriptorSets(dev.handle, info, out)
-        vkapi.check(result, "vkAllocateDescriptorSets")
+            if result != 0 and self._recorded:  # the pool is shared with kept recordings
+                self.drop_recorded()
+                result = lib.vkAllocateDescriptorSets(dev.handle, info, out)
+            vkapi.check(result, "vkAllocateDescriptorSets")
+        except BaseException:  # an interrupt as the call returned: free what it allocated
+            made = [out[i] for i in range(len(dispatches)) if out[i] != ffi.NULL]
+            if made:
+                arr = ffi.new("VkDescriptorSet[]", made)
+                lib.vkFreeDescriptorSets(dev.handle, dev.descriptor_pool, len(made), arr)
+            raise
         sets = [out[i] for i in range(len(dispatches))]
+        into.extend(sets)
         self.live_descriptor_sets += len(sets)
         writes = []
         for dset, d in zip(sets, dispatches, strict=True):
@@ -292,7 +312,7 @@ class Submitter:
         if writes:
             arr = keep.new("VkWriteDescriptorSet[]", writes)
             lib.vkUpdateDescriptorSets(dev.handle, len(writes), arr, 0, ffi.NULL)
-        return sets
+        return into
 
     def _free_sets(self, sets: list[Any]) -> None:
         if sets:
@@ -368,42 +388,61 @@ class Submitter:
         vkapi.check(lib.vkEndCommandBuffer(cb), "vkEndCommandBuffer")
 
     def _submit_and_wait(self, cb: Any = None, submit: Any = None) -> None:
+        """Submit and wait for the fence. Whatever fails or is interrupted, the submission
+        is finished (no buffer it uses is freed in flight) and the fence reset before this
+        returns or raises; a Ctrl-C during the wait is re-raised once the work is done."""
         dev = self.device
         lib = dev.lib
+        if self._in_flight:  # an earlier submission was cut short before it was settled
+            self._settle()
         if submit is None:
             keep = vkapi.Keep()
             cbs = keep.new("VkCommandBuffer[1]", [self.command_buffer if cb is None else cb])
             submit = keep.struct("VkSubmitInfo", commandBufferCount=1, pCommandBuffers=cbs)
-        interrupted: BaseException | None = None
+        self._in_flight = True
         try:
             result = lib.vkQueueSubmit(dev.queue, 1, submit, self.fence)
-        except KeyboardInterrupt as exc:  # raised as the call returned: its result is lost
-            interrupted, result = exc, self._result_of_lost_submit()
-        vkapi.check(result, "vkQueueSubmit")
+        except BaseException:  # raised as the call returned (Ctrl-C): its result is lost
+            self._settle()
+            raise
+        if result < 0:
+            self._in_flight = False  # nothing was submitted; the fence is untouched
+            vkapi.check(result, "vkQueueSubmit")
+        interrupted: BaseException | None = None
         fences = self._fences
-        while True:
-            try:
-                result = lib.vkWaitForFences(dev.handle, 1, fences, 1, _WAIT_SLICE_NS)
-                if result == _VK_TIMEOUT:
-                    continue
-                vkapi.check(result, "vkWaitForFences")
-                break
-            except KeyboardInterrupt as exc:  # finish the wait so no buffer is freed in flight
-                interrupted = exc
-        vkapi.check(lib.vkResetFences(dev.handle, 1, fences), "vkResetFences")
+        try:
+            while True:
+                try:
+                    result = lib.vkWaitForFences(dev.handle, 1, fences, 1, _WAIT_SLICE_NS)
+                    if result == _VK_TIMEOUT:
+                        continue
+                    vkapi.check(result, "vkWaitForFences")
+                    break
+                except KeyboardInterrupt as exc:  # finish the wait, then raise it
+                    interrupted = exc
+            vkapi.check(lib.vkResetFences(dev.handle, 1, fences), "vkResetFences")
+        except BaseException:
+            self._settle()
+            raise
+        self._in_flight = False
         if interrupted is not None:
             raise interrupted
 
-    def _result_of_lost_submit(self) -> int:
-        """vkQueueSubmit's result when Ctrl-C hid it: wait for the queue to drain, then
-        VK_SUCCESS if the fence signalled (the work was submitted), else VK_ERROR_UNKNOWN."""
+    def _settle(self) -> None:
+        """After a submission cut short: wait until the queue is idle, then reset the fence
+        (a Ctrl-C meanwhile is raised once both are done)."""
         dev = self.device
+        interrupted: BaseException | None = None
         while True:
             try:
                 dev.lib.vkQueueWaitIdle(dev.queue)
-                return 0 if dev.lib.vkGetFenceStatus(dev.handle, self.fence) == 0 else -13
-            except KeyboardInterrupt:
-                continue
+                dev.lib.vkResetFences(dev.handle, 1, self._fences)
+                break
+            except KeyboardInterrupt as exc:
+                interrupted = exc
+        self._in_flight = False
+        if interrupted is not None:
+            raise interrupted
 
     def _elapsed(self) -> float:
         dev = self.device
@@ -425,8 +464,9 @@ class Submitter:
         from .memory import Buffer
 
         if self.staging is None or self.staging.nbytes < nbytes:
-            if self.staging is not None:
-                self.staging.destroy()
+            old, self.staging = self.staging, None  # never a destroyed one, if the next fails
+            if old is not None:
+                old.destroy()
             self.staging = Buffer(self.device, max(nbytes, 1 << 20), host_visible=True)
         return self.staging
 

@@ -23,11 +23,26 @@ def pack_u32(*values: int) -> bytes:
     return struct.pack(f"<{len(values)}I", *values)
 
 
+class ReleasedError(RuntimeError, ValueError):
+    """An argument whose device memory was released: a RuntimeError (as for any released
+    buffer) and a ValueError (a bad argument)."""
+
+
+def check_tensor(t: Tensor, name: str) -> None:
+    """Raise if Tensor ``t`` cannot be read: its device is closed, or its buffer released."""
+    t.device.check()
+    if t.buffer is not None and not t.buffer.alive:
+        raise ReleasedError(
+            f"{name} is a released Tensor (its buffer was destroyed; its device is still open)"
+        )
+
+
 def float_input(x: Any, name: str) -> np.ndarray | Tensor:
     """Accept a Tensor of float32 or an array-like of float16/32/64 (returned as given)."""
     if isinstance(x, Tensor):
         if x.dtype != np.float32:
             raise TypeError(f"{name} must be a float32 Tensor, got a {x.dtype} Tensor")
+        check_tensor(x, name)
         return x
     if x is None or isinstance(x, (str, bytes, dict, set)):
         raise TypeError(f"{name} must be a numpy array or a vkcore.Tensor, got {type(x).__name__}")
@@ -35,6 +50,10 @@ def float_input(x: Any, name: str) -> np.ndarray | Tensor:
         arr = np.asarray(x)
     except (ValueError, TypeError) as exc:
         raise TypeError(f"{name} must be array-like of floats: {exc}") from None
+    if arr.dtype == object and arr.ndim == 0:  # not an array at all (a QuantizedTensor, ...)
+        raise TypeError(
+            f"{name} must be a float numpy array or a float32 vkcore.Tensor, got {type(x).__name__}"
+        )
     if arr.dtype.kind not in _FLOAT_KINDS or arr.dtype.itemsize > 8:
         raise TypeError(f"{name} must have a float16, float32 or float64 dtype, got {arr.dtype}")
     return arr

@@ -133,14 +133,21 @@ class F32Matrix(ScratchOwner):
         self.shape = (m, n)
         self.row_floats = c.ceil_div(n, BLOCK) * BLOCK
         per_buffer = rows_per_buffer(dev, 4 * self.row_floats, "float32 weights")
+        self.scratch: dict[str, Buffer] = {}
         self.chunks: list[Chunk] = []
         padded = np.zeros((min(m, per_buffer), self.row_floats), dtype=np.float32)
-        for row0, rows in row_slices(m, per_buffer):
-            padded[:rows, :n] = arr[row0 : row0 + rows]
-            buf = Buffer(dev, rows * self.row_floats * 4)
-            buf.write(padded[:rows])
-            self.chunks.append(Chunk(row0, rows, buf))
-        self.scratch: dict[str, Buffer] = {}
+        try:
+            for row0, rows in row_slices(m, per_buffer):
+                padded[:rows, :n] = arr[row0 : row0 + rows]
+                buf = Buffer(dev, rows * self.row_floats * 4)
+                self.chunks.append(Chunk(row0, rows, buf))
+                buf.write(padded[:rows])
+        except BaseException:  # no half-uploaded matrix: its memory goes now, not at GC
+            self.release()
+            raise
+
+    def __repr__(self) -> str:
+        return f"vkcore.F32Matrix(shape={self.shape})"
 
 
 def matvec_f32(w: Any, x: Any, *, bias: Any = None, device: Device | None = None) -> Any:
@@ -149,7 +156,13 @@ def matvec_f32(w: Any, x: Any, *, bias: Any = None, device: Device | None = None
     ``w`` is a 2-D float array (uploaded for this call) or an :class:`F32Matrix` (already
     resident). ``x``: numpy vector or Tensor of length n; numpy in, numpy out.
     """
+    if isinstance(w, QuantizedTensor):
+        raise TypeError(
+            "matvec_f32 takes float weights (a 2-D float array or a vkcore.F32Matrix), "
+            "got a QuantizedTensor; use vkcore.matvec(qt, x) for quantized weights"
+        )
     if isinstance(w, F32Matrix):
+        w.check_usable()
         if device is not None and device is not w.device:
             raise ValueError("device must be the F32Matrix's own device (or None)")
         return _matvec(w, x, bias, MODE_F32, "float")
@@ -194,7 +207,13 @@ def integer_accumulators(qt: QuantizedTensor, x: Any, activations: str = "int8")
 
 def _check_call(qt: Any, activations: Any, device: Device | None) -> None:
     if not isinstance(qt, QuantizedTensor):
-        raise TypeError(f"qt must be a vkcore.QuantizedTensor, got {type(qt).__name__}")
+        hint = ""
+        if isinstance(qt, F32Matrix):
+            hint = "; use vkcore.matvec_f32 for float32 weights"
+        elif isinstance(qt, (np.ndarray, Tensor)):
+            hint = "; quantize the weights first with vkcore.quantize"
+        raise TypeError(f"qt must be a vkcore.QuantizedTensor, got {type(qt).__name__}{hint}")
+    qt.check_usable()
     if activations not in ACTIVATIONS:
         raise ValueError(f"activations must be one of {ACTIVATIONS}, got {activations!r}")
     if device is not None and device is not qt.device:
@@ -232,7 +251,7 @@ def _matvec(
     out_acc: bool = False,
 ) -> Any:
     dev = mat.device
-    dev.check()
+    mat.check_usable()
     m, n = mat.shape
     xv = _vector(x, n, dev, "x")
     bv = None if bias is None else _vector(bias, m, dev, "bias")
@@ -242,8 +261,16 @@ def _matvec(
         y_tensor = Tensor.empty((m,), np.float32, dev) if isinstance(xv, Tensor) else None
         ybuf = y_tensor.buffer if y_tensor is not None else mat.scratch_buffer("y", 4 * m)
         assert ybuf is not None
-        steps = _steps(mat, mode, xbuf, bbuf, ybuf, bv is not None, out_acc)
-        dev.submitter.run(steps)
+        made: dict[str, Buffer] = {}  # derived state, kept only once the steps have run
+        try:
+            steps = _steps(mat, mode, xbuf, bbuf, ybuf, bv is not None, out_acc, made)
+            dev.submitter.run(steps)
+        except BaseException:
+            for buf in made.values():
+                buf.destroy()
+            raise
+        if "rowsum" in made and isinstance(mat, QuantizedTensor):
+            mat.rowsum = made["rowsum"]
         if y_tensor is not None:
             return y_tensor
         out = np.empty(m, dtype=np.float32)
@@ -268,6 +295,7 @@ def _steps(
     ybuf: Buffer,
     has_bias: bool,
     out_acc: bool,
+    made: dict[str, Buffer],
 ) -> list[Dispatch]:
     dev = mat.device
     dummy = c.dummy_buffer(dev)
@@ -282,7 +310,7 @@ def _steps(
         blocks = mat.row_bytes // BLOCK
         scale, zero = _group_buffers(mat)
         per_channel = int(mat.per_channel)
-        rowsum = _rowsum(mat, steps) if mode == MODES["uint8"] else dummy
+        rowsum = _rowsum(mat, steps, made) if mode == MODES["uint8"] else dummy
         if mode in (MODES["int8"], MODES["uint8"]):
             act = _quantize_activations(mat, xbuf, mode, steps)
             act_vec = dummy
@@ -350,13 +378,17 @@ def _pipeline(dev: Device, mode: int, signed: bool, asym: bool, texel: bool) -> 
     )
 
 
-def _rowsum(qt: QuantizedTensor, steps: list[Dispatch]) -> Buffer:
-    """V_i = sum_j (Q_ij - z_i), computed on the device once per weight tensor."""
+def _rowsum(qt: QuantizedTensor, steps: list[Dispatch], made: dict[str, Buffer]) -> Buffer:
+    """V_i = sum_j (Q_ij - z_i), computed on the device once per weight tensor.
+
+    A new buffer goes into ``made`` with the dispatches that fill it appended to ``steps``;
+    the caller keeps it as ``qt.rowsum`` only once those have run (an interrupted first
+    call must not leave row sums that were never computed)."""
     if qt.rowsum is not None and qt.rowsum.alive:
         return qt.rowsum
     dev = qt.device
     m = qt.shape[0]
-    qt.rowsum = Buffer(dev, 4 * m)
+    rowsum = made["rowsum"] = Buffer(dev, 4 * m)
     pipe = _pipeline(
         dev, MODE_ROWSUM, qt.symmetric, not qt.symmetric, _texel(qt, MODE_ROWSUM, None)
     )
@@ -366,9 +398,9 @@ def _rowsum(qt: QuantizedTensor, steps: list[Dispatch]) -> Buffer:
         push = c.pack_u32(
             qt.row_bytes // BLOCK, qt.shape[1], ch.rows, ch.row0, int(qt.per_channel), 0, 0
         )
-        buffers = (ch.buffer, scale, zero, qt.rowsum, dummy, dummy, dummy, dummy)
+        buffers = (ch.buffer, scale, zero, rowsum, dummy, dummy, dummy, dummy)
         steps.append(Dispatch(pipe, buffers, push, _grid(dev, ch.rows, MODE_ROWSUM)))
-    return qt.rowsum
+    return rowsum
 
 
 def _quantize_activations(

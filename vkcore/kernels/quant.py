@@ -98,14 +98,27 @@ class ScratchOwner:
     device: Device
     chunks: list[Chunk]
     scratch: dict[str, Buffer]
+    released = False
+    _remake = "create it again"  # what to do after release(), for the error message
 
     def release(self) -> None:
         """Free the device memory now (also happens when the object is collected)."""
+        self.released = True  # first: whatever fails below, nothing uses it again
         for ch in self.chunks:
             ch.buffer.destroy()
         for buf in self.scratch.values():
             buf.destroy()
         self.scratch.clear()
+
+    def check_usable(self) -> None:
+        """Raise if the device is closed or :meth:`release` was called, saying which."""
+        self.device.check()
+        if self.released:
+            kind = type(self).__name__
+            raise c.ReleasedError(
+                f"this vkcore.{kind} was released (release() freed its device memory; "
+                f"its device is still open); {self._remake}"
+            )
 
     def scratch_buffer(self, name: str, nbytes: int) -> Buffer:
         """A buffer of at least ``nbytes`` kept for reuse across calls."""
@@ -126,6 +139,8 @@ class QuantizedTensor(ScratchOwner):
     int32, shape ``(m,)`` per channel or ``()`` per tensor). ``scale_tensor`` and
     ``zero_point_tensor`` are the device copies. Create one with :func:`quantize`.
     """
+
+    _remake = "quantize the weights again"
 
     def __init__(
         self,
@@ -156,6 +171,7 @@ class QuantizedTensor(ScratchOwner):
 
     @property
     def q(self) -> np.ndarray:
+        self.check_usable()
         m, n = self.shape
         out = np.empty((m, self.row_bytes), dtype=self.dtype)
         for ch in self.chunks:
@@ -164,17 +180,20 @@ class QuantizedTensor(ScratchOwner):
 
     @property
     def scale(self) -> np.ndarray:
+        self.check_usable()
         return self.scale_tensor.numpy()
 
     @property
     def zero_point(self) -> np.ndarray:
+        self.check_usable()
         return self.zero_point_tensor.numpy()
 
     def release(self) -> None:
         """Free the device memory now (also happens when the object is collected)."""
         super().release()
-        if self.rowsum is not None:
-            self.rowsum.destroy()
+        rowsum, self.rowsum = self.rowsum, None
+        if rowsum is not None:
+            rowsum.destroy()
         for t in (self.scale_tensor, self.zero_point_tensor):
             if t.buffer is not None:
                 t.buffer.destroy()
@@ -326,6 +345,7 @@ def quantize(
     w_rows = min(q_rows, rows_per_buffer(dev, 4 * n, "float32 weights"))
     pool = buffer_pool(dev)
     chunks: list[Chunk] = []
+    made: list[Tensor] = []  # scale and zero point: freed with the chunks on any failure
     try:
         # Leased: a released QuantizedTensor's memory (pages already touched) serves the
         # next quantize of that size; fresh pages cost more to fault in than the kernel.
@@ -336,17 +356,21 @@ def quantize(
         else:
             s, z = group_params(*row_range(arr, w32), bits, symmetric, per_channel)
             _run_quantize(dev, w32, chunks, s, z, w_rows, bits, symmetric, per_channel)
-        scale_t = _upload(s.reshape(() if not per_channel else (m,)), dev)
-        zero_t = _upload(z.reshape(() if not per_channel else (m,)), dev)
+        scale_t = _upload(s.reshape(() if not per_channel else (m,)), dev, made)
+        zero_t = _upload(z.reshape(() if not per_channel else (m,)), dev, made)
+        return QuantizedTensor(dev, (m, n), bits, symmetric, per_channel, chunks, scale_t, zero_t)
     except BaseException:
         for ch in chunks:
             ch.buffer.destroy()
+        for t in made:
+            if t.buffer is not None:
+                t.buffer.destroy()
         raise
-    return QuantizedTensor(dev, (m, n), bits, symmetric, per_channel, chunks, scale_t, zero_t)
 
 
-def _upload(arr: np.ndarray, dev: Device) -> Tensor:
+def _upload(arr: np.ndarray, dev: Device, made: list[Tensor]) -> Tensor:
     t = Tensor(Buffer(dev, max(4, arr.nbytes)), arr.shape, arr.dtype, dev)
+    made.append(t)
     assert t.buffer is not None
     t.buffer.write(np.ascontiguousarray(arr))
     return t
@@ -538,10 +562,10 @@ def dequantize(qt: QuantizedTensor, *, device: Device | None = None) -> np.ndarr
     """
     if not isinstance(qt, QuantizedTensor):
         raise TypeError(f"qt must be a vkcore.QuantizedTensor, got {type(qt).__name__}")
+    qt.check_usable()
     if device is not None and device is not qt.device:
         raise ValueError("device must be the QuantizedTensor's own device (or None)")
     dev = qt.device
-    dev.check()
     m, n = qt.shape
     y_rows = rows_per_buffer(dev, 4 * n, "dequantized weights")
     pool = buffer_pool(dev)
