@@ -2,6 +2,7 @@
 (softmax workgroup, matvec and quantize rows), and every value it may store is correct."""
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -107,29 +108,44 @@ def test_any_valid_stored_workgroup_gives_correct_softmax(device, clean, rng):
 
 
 @pytest.mark.parametrize(
-    "content",
+    "choices",
     [
-        "not json",
-        '{"format": 99}',
-        '{"format": 1, "choices": {"softmax_workgroup": 0}}',
-        '{"format": 1, "choices": {"softmax_workgroup": 1000000}}',
-        '{"format": 1, "choices": {"matvec_rows": 3}}',
-        '{"format": 1, "choices": {"matvec_rows": "16"}}',
-        '{"format": 1, "choices": {"matvec_f32_rows": 64}}',
-        '{"format": 1, "choices": {"quant_rows": true}}',
+        {"softmax_workgroup": 0},
+        {"softmax_workgroup": 12},  # not a candidate (not a multiple of the subgroup size)
+        {"softmax_workgroup": 1000000},
+        {"softmax_workgroup": 8.0},
+        {"matvec_rows": 3},
+        {"matvec_rows": "16"},
+        {"matvec_f32_rows": 64},
+        {"quant_rows": True},
+        {"quant_rows": [4]},
+        {"quant_rows": None},
     ],
 )
-def test_unusable_files_fall_back_to_defaults(device, clean, content, caplog):
+def test_values_tune_never_stores_are_ignored(device, clean, choices, caplog):
     default = sm.workgroup_size(device)
+    write_choices(device, **choices)
+    with caplog.at_level(logging.WARNING, logger="vkcore"):
+        assert sm.workgroup_size(device) == default
+        assert mv.rows_per_workgroup(device, 0) == mv.ROWS
+        assert mv.rows_per_workgroup(device, mv.MODE_F32) == mv.ROWS_F32
+        assert quant.quant_rows(device) == quant.QUANT_ROWS
+    assert caplog.text.count("WARNING") == 1 and "ignoring" in caplog.text
+
+
+def test_old_format_and_unsigned_files_are_ignored(device, clean, caplog):
+    wg = tune.candidates(device)[-1]
     path = tune.tune_path(device)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(content)
-    tune.forget(device)
-    assert sm.workgroup_size(device) == default
-    assert mv.rows_per_workgroup(device, 0) == mv.ROWS
-    assert mv.rows_per_workgroup(device, mv.MODE_F32) == mv.ROWS_F32
-    assert quant.quant_rows(device) == quant.QUANT_ROWS
-    assert "ignoring" in caplog.text
+    for content in (
+        {"format": 1, "choices": {"softmax_workgroup": wg}},
+        {"format": 2, "key": tune.key_of(device), "choices": {"softmax_workgroup": wg}},
+    ):
+        path.write_text(json.dumps(content))
+        tune.forget(device)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="vkcore"):
+            assert tune.choice(device, "softmax_workgroup") is None
+        assert caplog.text.count("WARNING") == 1
 
 
 def test_choice_names_are_checked(device):
@@ -142,7 +158,9 @@ def write_choice(device, wg):
 
 
 def write_choices(device, **choices):
+    """A tune file as ``vkcore tune`` writes it (format, key, digest) with ``choices``."""
     path = tune.tune_path(device)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"format": tune.FORMAT, "choices": choices}))
+    record = {"format": tune.FORMAT, "key": tune.key_of(device), "choices": choices}
+    path.write_text(json.dumps(tune.encode(record)))
     tune.forget(device)

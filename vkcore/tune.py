@@ -12,9 +12,17 @@ Parameters whose best value differs between devices:
 and stores the fastest beside the pipeline cache, in
 ``<cache root>/pipeline/<pipeline-cache file name>.tune.json``: the same key as the
 pipeline cache, so another GPU, driver or driver version never reads these choices.
-Kernels ask :func:`choice`; with no file, an unreadable one or a value this device cannot
-use, they use their defaults (the values measured best on lavapipe). The rows parameters
-are specialization constants: no new SPIR-V per value.
+Kernels ask :func:`choice`; with no file they use their defaults (the values measured
+best on lavapipe). The rows parameters are specialization constants: no new SPIR-V per
+value.
+
+A tune file is checked like every cache file (:mod:`vkcore.cachefs`: a regular file of at
+most 1 MiB, owned by this user, in a folder others cannot write), then as JSON: format 2,
+the key (the pipeline-cache file name it sits next to) equal to this device's, and the
+SHA-256 of its canonical JSON. A file failing any of these is ignored as a whole. Then
+every stored value must be one that ``tune`` itself could have stored on this device:
+an ``int`` in :func:`allowed` (the candidate set it measures, derived from the device's
+properties). Anything else is ignored, with one warning per file naming the values.
 """
 
 from __future__ import annotations
@@ -25,20 +33,21 @@ import json
 import logging
 import statistics
 import threading
-import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .device import Device
-from .pipeline_cache import CacheKey, pipeline_dir, write_atomic
+from . import cachefs
+from .device import Device, per_device_map
+from .pipeline_cache import CacheKey, pipeline_dir
 
 log = logging.getLogger("vkcore")
 
-FORMAT = 1
+FORMAT = 2
 SUFFIX = ".tune.json"
+MAX_BYTES = 1 << 20
 # Parameters a tune file may hold; the rows parameters with the values worth timing (and
 # the only ones accepted from a file).
 PARAMETERS = ("softmax_workgroup", "matvec_rows", "matvec_f32_rows", "quant_rows")
@@ -48,7 +57,7 @@ ROW_CANDIDATES: dict[str, tuple[int, ...]] = {
     "quant_rows": (1, 2, 4, 8),
 }
 
-_choices: weakref.WeakKeyDictionary[Device, dict[str, Any]] = weakref.WeakKeyDictionary()
+_choices = per_device_map()  # Device -> its choices; never keeps the device alive
 _lock = threading.Lock()
 
 
@@ -60,45 +69,91 @@ def tune_path(device: Device) -> Path:
     return folder / (name.rsplit(".", 1)[0] + SUFFIX)
 
 
-def _valid_workgroup(device: Device, value: Any) -> bool:
-    limit = min(
-        device.info.max_compute_work_group_size[0], device.info.max_compute_work_group_invocations
-    )
-    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= limit
+def _workgroup_limit(device: Device) -> int:
+    info = device.info
+    return min(info.max_compute_work_group_size[0], info.max_compute_work_group_invocations)
+
+
+def allowed(device: Device, name: str) -> frozenset[int]:
+    """Exactly the values ``tune`` may store for ``name`` on ``device``."""
+    if name == "softmax_workgroup":
+        return frozenset(candidates(device))
+    return frozenset(ROW_CANDIDATES[name])
+
+
+def key_of(device: Device) -> str:
+    """The key a tune file carries: its pipeline-cache file name without the suffix."""
+    return CacheKey.from_info(device.info).file_name().rsplit(".", 1)[0]
+
+
+def _canonical(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def encode(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with its ``sha256`` field (of the canonical JSON of everything else)."""
+    clean = {k: v for k, v in body.items() if k != "sha256"}
+    return {**clean, "sha256": cachefs.sha256(_canonical(clean)).hex()}
+
+
+def decode(data: bytes, key: str | None) -> dict[str, Any]:
+    """The record in a tune file's bytes, checked (JSON object, format, digest, and the key
+    when ``key`` is given); :class:`cachefs.EntryError` saying what is wrong."""
+    try:
+        record = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise cachefs.EntryError(f"not JSON ({str(exc)[:80]})") from None
+    if not isinstance(record, dict):
+        raise cachefs.EntryError(f"not a JSON object but {type(record).__name__}")
+    if type(record.get("format")) is not int or record["format"] != FORMAT:
+        raise cachefs.EntryError(f"format {record.get('format')!r}, this vkcore reads {FORMAT}")
+    try:
+        intact = encode(record)["sha256"] == record.get("sha256")
+    except (TypeError, ValueError, RecursionError):  # only reachable from hand-made JSON
+        intact = False
+    if not intact:
+        raise cachefs.EntryError("SHA-256 mismatch (damaged or edited file)")
+    if key is not None and record.get("key") != key:
+        raise cachefs.EntryError(f"written for key {record.get('key')!r}, this device is {key}")
+    if not isinstance(record.get("choices"), dict):
+        raise cachefs.EntryError("no choices object")
+    return record
+
+
+def read_record(path: Path, key: str | None) -> dict[str, Any]:
+    """Read and check the tune file at ``path`` (FileNotFoundError when there is none)."""
+    return decode(cachefs.read_entry(path, MAX_BYTES), key)
 
 
 def load(device: Device) -> dict[str, Any]:
-    """The stored choices for ``device`` (empty when there is no usable file)."""
+    """The stored choices for ``device`` that it may use (empty when there is no usable
+    file); never raises for anything a file may hold."""
     path = tune_path(device)
     try:
-        data = json.loads(path.read_text())
+        choices = read_record(path, key_of(device))["choices"]
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError) as exc:
-        log.warning("ignoring unreadable tune file %s: %s", path, exc)
+    except cachefs.EntryError as exc:
+        cachefs.report(exc, "tune file %s ignored, defaults apply: %s", path, exc)
         return {}
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        log.warning("ignoring tune file %s: unknown format", path)
-        return {}
-    choices = data.get("choices", {})
-    if not isinstance(choices, dict):
-        return {}
-    out = {}
-    for name in PARAMETERS:
-        value = choices.get(name)
-        if value is None:
-            continue
-        if _valid(device, name, value):
+    out, ignored = {}, []
+    for name, value in choices.items():
+        if name in PARAMETERS and type(value) is int and value in allowed(device, name):
             out[name] = value
         else:
-            log.warning("ignoring %s=%r in %s: not valid on this device", name, value, path)
+            ignored.append(f"{str(name)[:40]}={_short(value)}")
+    if ignored:
+        log.warning(
+            "tune file %s: ignoring %s (not a value vkcore tune stores on this device)",
+            path,
+            ", ".join(ignored),
+        )
     return out
 
 
-def _valid(device: Device, name: str, value: Any) -> bool:
-    if name == "softmax_workgroup":
-        return _valid_workgroup(device, value)
-    return isinstance(value, int) and not isinstance(value, bool) and value in ROW_CANDIDATES[name]
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def choice(device: Device, name: str) -> Any:
@@ -141,7 +196,7 @@ def candidates(device: Device) -> list[int]:
     """Workgroup sizes worth timing: the subgroup size and a few multiples up to 256."""
     sub = max(1, device.info.subgroup_size or 1)
     sizes = sorted({sub, 2 * sub, 64, 128, 256})
-    return [s for s in sizes if _valid_workgroup(device, s)]
+    return [s for s in sizes if s <= _workgroup_limit(device)]
 
 
 def measure_softmax(device: Device, shape: tuple[int, int], repeats: int) -> dict[int, float]:
@@ -227,8 +282,9 @@ def tune(
     }
     for name in ROW_CANDIDATES:
         timings[name] = measure_rows(device, name, rows_shape, repeats)
-    record = {
+    body = {
         "format": FORMAT,
+        "key": key_of(device),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "device": device.info.name,
         "driver": f"{device.info.driver_name} {device.info.driver_info}".strip(),
@@ -242,9 +298,9 @@ def tune(
             for name, t in timings.items()
         },
     }
+    record = encode(body)
     path = tune_path(device)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, (json.dumps(record, indent=2) + "\n").encode())
+    cachefs.store(path, (json.dumps(record, indent=2) + "\n").encode())
     forget(device)
     return record
 

@@ -1,8 +1,13 @@
-"""``vkcore cache ls|verify|clear``: the persisted pipeline-cache files.
+"""``vkcore cache ls|verify|clear``: every file vkcore's caches keep.
 
-``ls`` shows every file with its key fields, size, contents and whether it belongs to the
-current device; ``verify`` checks every file and exits 1 if any is damaged; ``clear``
-removes them all (under the folder's lock, so no save is cut in half).
+Three kinds: SPIR-V entries (``<root>/spirv/*.spv``), pipeline-cache files
+(``<root>/pipeline/*.vkpc``) and tune files (``<root>/pipeline/*.tune.json``). ``ls``
+shows each file with its state (pipeline files also with their key fields, contents and
+whether they belong to the current device); ``verify`` runs the same checks a load runs
+(digest, structure, key, owner, folder mode) and exits 1 if any file is damaged or not
+trusted; ``clear`` removes every file of the three kinds, damaged ones, leftover temp
+files and folders found in an entry's place included (under each folder's lock, so no
+write is cut in half).
 """
 
 from __future__ import annotations
@@ -12,12 +17,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .. import cachefs, config, spirv, tune
 from .. import pipeline_cache as pc
 from ..instance import version_string
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("cache", help="list, verify or clear the persisted pipeline caches")
+    p = sub.add_parser("cache", help="list, verify or clear the SPIR-V, pipeline and tune caches")
     p.add_argument(
         "--dir",
         default=None,
@@ -30,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ls.set_defaults(func=run_ls)
     verify = actions.add_parser("verify", help="check every file; exit 1 if any is damaged")
     verify.set_defaults(func=run_verify)
-    clear = actions.add_parser("clear", help="remove every pipeline-cache file")
+    clear = actions.add_parser("clear", help="remove every SPIR-V, pipeline-cache and tune file")
     clear.set_defaults(func=run_clear)
     p.set_defaults(func=_usage(p))
 
@@ -68,7 +74,7 @@ def describe(path: Path, key: pc.CacheKey | None) -> dict[str, Any]:
         return entry
     try:
         parsed = pc.decode(pc.read_file(path, pc.max_bytes()))
-    except (pc.CacheFileError, FileNotFoundError) as exc:
+    except (cachefs.EntryError, FileNotFoundError) as exc:
         entry["state"] = f"damaged: {exc}"
         return entry
     entry["key"] = parsed.key.to_dict()
@@ -121,51 +127,133 @@ def _print_entry(entry: dict[str, Any]) -> None:
         print(f"  {name:<{width}}  {value}")
 
 
+def _root(args: argparse.Namespace) -> Path:
+    return Path(args.dir).expanduser() if args.dir is not None else config.cache_dir()
+
+
+def _simple(path: Path, state: str) -> dict[str, Any]:
+    entry: dict[str, Any] = {"file": str(path), "name": path.name, "state": state}
+    try:
+        entry["size"] = path.lstat().st_size
+    except OSError:
+        entry["size"] = None
+    return entry
+
+
+def spirv_entries(root: Path) -> list[dict[str, Any]]:
+    return [_simple(p, spirv.entry_state(p)) for p in spirv.entry_files(root / "spirv")]
+
+
+def tune_files(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.name.endswith(tune.SUFFIX))
+
+
+def tune_entry(path: Path) -> dict[str, Any]:
+    """A tune file's entry: its checks without a device (the key is its own file name)."""
+    if cachefs.is_temp(path):
+        return _simple(path, "leftover temp file (an interrupted write)")
+    try:
+        record = tune.read_record(path, path.name[: -len(tune.SUFFIX)])
+    except (cachefs.EntryError, FileNotFoundError) as exc:
+        return _simple(path, f"damaged: {exc}")
+    entry = _simple(path, "intact")
+    entry["choices"] = record["choices"]
+    return entry
+
+
+def folder_states(root: Path) -> list[dict[str, Any]]:
+    """The cache folders that exist but are not trusted (nothing in them would be used)."""
+    out = []
+    for folder in (root / "spirv", pc.pipeline_dir(root)):
+        problem = cachefs.folder_problem(folder) if folder.is_dir() else None
+        if problem is not None:
+            out.append({"file": str(folder), "name": folder.name, "state": f"damaged: {problem}"})
+    return out
+
+
 def run_ls(args: argparse.Namespace) -> int:
-    folder = pc.pipeline_dir(args.dir)
+    root = _root(args)
+    folder = pc.pipeline_dir(root)
     key, device_name = (None, "not checked") if args.no_device else _current_key(args)
     entries = [describe(p, key) for p in pc.cache_files(folder)]
+    shaders, tunes = spirv_entries(root), [tune_entry(p) for p in tune_files(folder)]
+    folders = folder_states(root)
     if args.json:
-        print(
-            json.dumps({"folder": str(folder), "device": device_name, "files": entries}, indent=2)
-        )
+        listing = {
+            "folder": str(folder),
+            "device": device_name,
+            "files": entries,
+            "spirv": shaders,
+            "tune": tunes,
+            "folders": folders,
+        }
+        print(json.dumps(listing, indent=2))
         return 0
+    for entry in folders:
+        print(f"folder {entry['file']}: {entry['state']}")
     print(f"pipeline caches in {folder} (current device: {device_name})")
     if not entries:
         print("  no pipeline-cache files")
     for entry in entries:
         _print_entry(entry)
+    print(f"tune files in {folder}")
+    for entry in tunes or [{"name": "none", "state": "defaults apply"}]:
+        choices = entry.get("choices")
+        print(f"  {entry['name']}: {entry['state']}" + (f" {choices}" if choices else ""))
+    print(f"SPIR-V entries in {root / 'spirv'}: {len(shaders)}")
+    for entry in shaders:
+        print(f"  {entry['name']} ({entry['size']} bytes): {entry['state']}")
     return 0
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    folder = pc.pipeline_dir(args.dir)
-    entries = [describe(p, None) for p in pc.cache_files(folder)]
+    root = _root(args)
+    folder = pc.pipeline_dir(root)
+    kinds = {
+        "pipeline": [describe(p, None) for p in pc.cache_files(folder)],
+        "tune": [tune_entry(p) for p in tune_files(folder)],
+        "SPIR-V": spirv_entries(root),
+        "folder": folder_states(root),
+    }
     damaged = 0
-    for entry in entries:
-        if is_damaged(entry):
-            damaged += 1
-            print(f"DAMAGED  {entry['name']}: {entry['state']}")
-        elif "key" in entry:
-            print(f"ok       {entry['name']} ({_contents(entry)})")
-        else:
-            print(f"note     {entry['name']}: {entry['state']}")
-    print(f"{len(entries)} file(s) in {folder}, {damaged} damaged")
+    for kind, entries in kinds.items():
+        for entry in entries:
+            if is_damaged(entry):
+                damaged += 1
+                print(f"DAMAGED  {kind} {entry['name']}: {entry['state']}")
+            elif "key" in entry:
+                print(f"ok       {kind} {entry['name']} ({_contents(entry)})")
+            elif entry["state"] == "intact":
+                print(f"ok       {kind} {entry['name']}")
+            else:
+                print(f"note     {kind} {entry['name']}: {entry['state']}")
+    counts = ", ".join(f"{len(v)} {k}" for k, v in kinds.items() if k != "folder")
+    print(f"{counts} file(s) in {root}, {damaged} damaged")
     return 1 if damaged else 0
 
 
-def run_clear(args: argparse.Namespace) -> int:
-    folder = pc.pipeline_dir(args.dir)
-    if not folder.is_dir():
-        print(f"nothing to clear: {folder} does not exist")
+def _clear_folder(folder: Path, paths: list[Path]) -> int:
+    """Remove ``paths`` (entries of ``folder``) under its lock; returns how many."""
+    if not paths:
         return 0
-    removed = 0
-    with pc.folder_lock(folder):  # never cut a concurrent save in half
-        for path in pc.cache_files(folder):
-            if path.is_dir():
-                print(f"skipped {path}: a folder, not a cache file")
-                continue
-            path.unlink(missing_ok=True)
-            removed += 1
-    print(f"removed {removed} pipeline-cache file(s) from {folder}")
+    with cachefs.folder_lock(folder):  # never cut a concurrent write in half
+        for path in paths:
+            cachefs.remove_entry(path)
+    return len(paths)
+
+
+def run_clear(args: argparse.Namespace) -> int:
+    root = _root(args)
+    folder = pc.pipeline_dir(root)
+    if not root.is_dir():
+        print(f"nothing to clear: {root} does not exist")
+        return 0
+    n_pc = _clear_folder(folder, pc.cache_files(folder))
+    n_tune = _clear_folder(folder, tune_files(folder))
+    n_spv = _clear_folder(root / "spirv", spirv.entry_files(root / "spirv"))
+    print(f"removed {n_pc} pipeline-cache file(s) from {folder}")
+    print(f"removed {n_tune} tune file(s) from {folder}")
+    print(f"removed {n_spv} SPIR-V entries from {root / 'spirv'}")
     return 0
