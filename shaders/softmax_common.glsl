@@ -2,21 +2,21 @@
 //
 // Layout: x and y are rows of `n` elements (in units of VT: vec4 when VEC4 == 1, which
 // needs the row length to be a multiple of 4, else float). A workgroup handles `chunk`
-// units of one row; `nchunks` workgroups cover a row (nchunks == 1: one workgroup per
-// row, everything in one dispatch). Row index = gl_WorkGroupID.y + row_offset.
+// units of one row; the workgroups of a dispatch cover a row (one workgroup per row:
+// everything in one dispatch). Row index = gl_WorkGroupID.y + row_offset. A row has
+// `nparts` partial states in `parts`; a dispatch writes those from `part0` on, so a row
+// longer than one binding is done piece by piece (one dispatch per piece) and merged.
 //
 // Semantics (same in both algorithms): -inf entries give 0; a row of only -inf gives
 // all zeros; a NaN or +inf anywhere in a row makes the whole row NaN; rows never
 // influence each other.
 //
-// Speed notes (lavapipe): the workgroup size is a specialization constant; a workgroup of
-// exactly one subgroup needs no shared memory and no barrier, and lavapipe runs it several
-// times faster than a workgroup of several subgroups. Consecutive invocations load
+// Any workgroup size works (workgroup_reduce.glsl). Speed notes (lavapipe): the workgroup
+// size is a specialization constant; a workgroup of exactly one subgroup needs no shared
+// memory and no barrier, and lavapipe runs it several times faster than a larger one. Consecutive invocations load
 // consecutive vec4s. The write pass multiplies by 1/L instead of dividing.
-#extension GL_KHR_shader_subgroup_basic : require
-#extension GL_KHR_shader_subgroup_arithmetic : require
-
 layout(local_size_x_id = 0) in;
+#include "workgroup_reduce.glsl"
 
 #if VEC4
 #define VT vec4
@@ -41,8 +41,9 @@ layout(push_constant) uniform Push {
     uint n;          // row length in VT units
     uint row_offset; // first row of this dispatch
     uint chunk;      // VT units per workgroup
-    uint nchunks;    // workgroups per row
+    uint nparts;     // partial states per row in `parts`
     uint x_offset;   // where x starts in its buffer, in VT units (imported host memory)
+    uint part0;      // the part this dispatch's first workgroup writes
 } pc;
 
 // Element i of the flat input (x may start inside its buffer).
@@ -103,40 +104,40 @@ void kahan_add(inout KahanSum k, float term) {
 // Both parts scale together when the running maximum grows.
 void kahan_scale(inout KahanSum k, float factor) { k.sum *= factor; k.carry *= factor; }
 
+#define MAX_SLOT(a, b) sh_m[a] = max(sh_m[a], sh_m[b]); sh_bad[a] |= sh_bad[b]
+#define SUM_SLOT(a, b) sh_l[a] += sh_l[b]
+
 // Merge of the (m, l, bad) states of all invocations; every invocation gets the result.
+// The maximum first, then each sum rescaled to it once: one exp per state.
 void workgroup_merge(inout float m, inout float l, inout uint bad) {
-    float sm = subgroupMax(m);
-    float sl = subgroupAdd(rescale(l, m, sm));
-    uint sb = subgroupOr(bad);
-    if (gl_NumSubgroups == 1u) {  // uniform: one subgroup needs no shared memory
-        m = sm; l = sl; bad = sb;
+    if (one_subgroup()) {
+        float M = subgroupMax(m);
+        l = subgroupAdd(rescale(l, m, M));
+        m = M;
+        bad = subgroupOr(bad);
         return;
     }
-    if (subgroupElect()) {
-        sh_m[gl_SubgroupID] = sm;
-        sh_l[gl_SubgroupID] = sl;
-        sh_bad[gl_SubgroupID] = sb;
-    }
+    uint me = gl_LocalInvocationID.x;
+    sh_m[me] = m;
+    sh_bad[me] = bad;
     barrier();
-    float M = NEG_INF;
-    uint B = 0u;
-    for (uint i = 0u; i < gl_NumSubgroups; ++i) {
-        M = max(M, sh_m[i]);
-        B |= sh_bad[i];
-    }
-    float L = 0.0;
-    for (uint i = 0u; i < gl_NumSubgroups; ++i) L += rescale(sh_l[i], sh_m[i], M);
-    barrier();  // the shared arrays may be reused after this
-    m = M; l = L; bad = B;
+    TREE_REDUCE(MAX_SLOT)
+    float M = sh_m[0];
+    sh_l[me] = rescale(l, m, M);
+    barrier();
+    TREE_REDUCE(SUM_SLOT)
+    m = M; l = sh_l[0]; bad = sh_bad[0];
+    barrier();  // slot 0 is read everywhere before a later merge writes it
 }
 
-// Merge of the partial states of one row written by the previous dispatch.
+// Merge of the partial states of one row written by the previous dispatches.
 void merge_parts(uint row, out float M, out float L, out uint B) {
     M = NEG_INF; B = 0u;
-    uint base = row * pc.nchunks;
-    for (uint c = 0u; c < pc.nchunks; ++c) { M = max(M, parts[base + c].m); B |= parts[base + c].bad; }
-    L = 0.0;
-    for (uint c = 0u; c < pc.nchunks; ++c) L += rescale(parts[base + c].l, parts[base + c].m, M);
+    uint base = row * pc.nparts;
+    for (uint c = 0u; c < pc.nparts; ++c) { M = max(M, parts[base + c].m); B |= parts[base + c].bad; }
+    KahanSum acc = KahanSum(0.0, 0.0);  // thousands of parts when a row is very long
+    for (uint c = 0u; c < pc.nparts; ++c) kahan_add(acc, rescale(parts[base + c].l, parts[base + c].m, M));
+    L = acc.sum;
 }
 
 // Range [begin, end) of this workgroup's chunk, in VT units of the flat array.
@@ -156,7 +157,9 @@ void write_probabilities(uint begin, uint end, float M, float L, uint bad) {
     } else if (M == NEG_INF) {
         for (uint i = first; i < end; i += step) y[i] = VT(0.0);
     } else {
-        float inv = 1.0 / L;
+        // 1/L from one Newton step on the division (Vulkan allows 2.5 ulp for 1.0 / L).
+        float q = 1.0 / L;
+        precise float inv = fma(q, fma(-L, q, 1.0), q);
         uint i = first;
         // Four loads before four stores: a store between two loads keeps the next load
         // waiting (the compiler cannot tell the buffers apart); measured 10-20% faster.
@@ -173,7 +176,7 @@ void write_probabilities(uint begin, uint end, float M, float L, uint bad) {
 
 void store_part(uint row, float m, float l, uint bad) {
     if (gl_LocalInvocationID.x == 0u) {
-        uint idx = row * pc.nchunks + gl_WorkGroupID.x;
+        uint idx = row * pc.nparts + pc.part0 + gl_WorkGroupID.x;
         parts[idx].m = m; parts[idx].l = l; parts[idx].bad = bad; parts[idx].pad = 0u;
     }
 }

@@ -129,17 +129,35 @@ def _pipeline(device: Device, shader: str, stage: int, p: Plan, texel: str | Non
             defines={"STAGE": stage, "VEC4": int(p.vec4), "TEXEL": int(texel is not None)},
             spec={0: p.workgroup},
             buffers=3,
-            push_size=20,
+            push_size=24,
             texel={0: texel} if texel else None,
         )
     return pipe
 
 
+def _split_stages(algorithm: str) -> list[int]:
+    """Shader stages of a split row: partial states, (safe: partial sums,) merge and write."""
+    return [1, 2] if algorithm == "online" else [1, 2, 3]
+
+
 def _dispatches(
-    device: Device, p: Plan, algorithm: str, x: Buffer, y: Buffer, parts: Buffer, x_offset: int = 0
+    device: Device,
+    p: Plan,
+    algorithm: str,
+    x: Buffer,
+    y: Buffer,
+    parts: Buffer,
+    x_offset: int = 0,
+    *,
+    stages: list[int] | None = None,
+    nparts: int | None = None,
+    part0: int = 0,
 ) -> list[Dispatch]:
+    """The dispatches of ``stages`` (default: all of them) for the rows of ``p``; a row's
+    states are parts ``part0 .. part0 + p.nchunks - 1`` of ``nparts`` (default p.nchunks)."""
     shader = f"softmax_{algorithm}.comp"
-    stages = [0] if p.nchunks == 1 else ([1, 2] if algorithm == "online" else [1, 2, 3])
+    if stages is None:
+        stages = [0] if p.nchunks == 1 else _split_stages(algorithm)
     max_rows = device.info.max_compute_work_group_count[1]
     steps = []
     texel = c.texel_format(device, x, "rgba32f" if p.vec4 else "r32f")
@@ -147,7 +165,9 @@ def _dispatches(
         pipe = _pipeline(device, shader, stage, p, texel)
         for first in range(0, p.rows, max_rows):
             count = min(max_rows, p.rows - first)
-            push = c.pack_u32(p.units, first, p.chunk, p.nchunks, x_offset)
+            push = c.pack_u32(
+                p.units, first, p.chunk, nparts or p.nchunks, x_offset, part0
+            )
             steps.append(Dispatch(pipe, (x, y, parts), push, (p.nchunks, count, 1)))
     # Stages of one slice depend on each other; order stages outermost so barriers suffice.
     return steps
