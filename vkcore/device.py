@@ -111,8 +111,10 @@ class Device:
         try:
             physicals = self.instance.physical_devices()
             infos = [query_info(self.instance, pd, i) for i, pd in enumerate(physicals)]
-            self.info = choose(
-                infos, selector if selector is not None else config.device_selector()
+            self.info = (
+                choose(infos, selector)
+                if selector is not None  # $VKCORE_DEVICE: a bad value warns, best device
+                else config.env_choice("VKCORE_DEVICE", lambda s: choose(infos, s))
             )
             self.physical = physicals[self.info.index]
             self._create_device()
