@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The README's commands, examples and benchmarks keep their caches in ./cache.
 export VKCORE_CACHE_DIR ?= $(CURDIR)/cache
 
-.PHONY: all setup system venv demo test lint soak bench coldwarm wheel clean mesa25
+.PHONY: all setup system venv demo test lint soak bench coldwarm gpu-check wheel clean mesa25
 
 all: test
 
@@ -63,6 +63,11 @@ bench: setup
 # draws cache/coldwarm.png when matplotlib is installed.
 coldwarm: setup
 	$(PY) -m vkcore coldwarm $$($(PY) -c 'import matplotlib' 2>/dev/null && echo --plot cache/coldwarm.png)
+
+# On a machine with an NVIDIA GPU: the suite on the GPU (driver asserted), bench, coldwarm and
+# tune, all results with the driver version in gpu-check-<date>/ (about 8 minutes).
+gpu-check: setup
+	bash examples/gpu_check.sh
 
 # sdist and wheel in dist/; the wheel carries the GLSL sources and every shader variant's
 # SPIR-V (tests/test_wheel.py installs it into a clean venv and runs it without glslang).

@@ -12,30 +12,8 @@
 #   docker run --gpus all -e NVIDIA_DRIVER_CAPABILITIES=compute,utility,graphics ...
 set -euo pipefail
 
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-python="${PYTHON:-}"
-if [ -z "$python" ]; then
-  if [ -x "$here/.venv/bin/python" ]; then python="$here/.venv/bin/python"; else python=python3; fi
-fi
-
-icd=""
-for candidate in /usr/share/vulkan/icd.d/nvidia_icd.json /etc/vulkan/icd.d/nvidia_icd.json; do
-  if [ -f "$candidate" ]; then icd="$candidate"; break; fi
-done
-if [ -z "$icd" ]; then
-  echo "coldwarm_gpu: no nvidia_icd.json in /usr/share/vulkan/icd.d or /etc/vulkan/icd.d;" >&2
-  echo "  in a container, expose the graphics capability (NVIDIA_DRIVER_CAPABILITIES=...,graphics)" >&2
-  exit 1
-fi
-ldconfig_bin="$(command -v ldconfig || echo /sbin/ldconfig)"
-if [ -x "$ldconfig_bin" ] && ! "$ldconfig_bin" -p | grep -q 'libvulkan\.so\.1'; then
-  echo "coldwarm_gpu: the Vulkan loader libvulkan.so.1 is missing (Debian/Ubuntu: apt-get install libvulkan1)" >&2
-  exit 1
-fi
-# Only the NVIDIA driver: lavapipe must not answer in its place. VK_DRIVER_FILES is the
-# loader's name since 1.3.207, VK_ICD_FILENAMES the older one; set both.
-export VK_DRIVER_FILES="$icd" VK_ICD_FILENAMES="$icd"
-export VKCORE_DEVICE="${VKCORE_DEVICE:-nvidia}"
+# shellcheck source=examples/nvidia_env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/nvidia_env.sh"
 
 if command -v nvidia-smi >/dev/null; then
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader

@@ -53,3 +53,24 @@ def test_example_runs(path, tmp_path):
     assert out.returncode == 0, f"{path.name} exited {out.returncode}:\n{out.stdout}\n{out.stderr}"
     for text in EXPECTED_OUTPUT.get(path.name, []):
         assert text in out.stdout, f"{path.name} did not print {text!r}:\n{out.stdout}"
+
+
+@pytest.mark.parametrize("script", ["gpu_check.sh", "coldwarm_gpu.sh"])
+def test_gpu_scripts_refuse_to_run_without_the_nvidia_driver(script, tmp_path):
+    """Without NVIDIA's ICD manifest the GPU scripts stop at once and say why, instead of
+    letting lavapipe answer in the GPU's place."""
+    if any(
+        Path(d, "nvidia_icd.json").exists()
+        for d in ("/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d")
+    ):
+        pytest.skip("this machine has NVIDIA's driver: the script would run for real")
+    out = subprocess.run(
+        ["bash", str(REPO / "examples" / script), str(tmp_path / "out")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 1
+    assert "no nvidia_icd.json" in out.stderr
+    assert not (tmp_path / "out").exists(), "nothing is written before the driver is found"
