@@ -508,7 +508,7 @@ class PipelineCache:
             )
             return False
         if len(payload) + HEADER_SIZE > self.max_bytes:
-            log.warning(
+            (log.info if self._warned else log.warning)(  # the load warned already: once
                 "pipeline cache not saved: %d bytes is above the cap of %d (%s)",
                 len(payload) + HEADER_SIZE,
                 self.max_bytes,

@@ -81,9 +81,14 @@ class Spirv:
     key: str
 
 
-def shader_dir() -> Path:
-    """The GLSL sources: ``vkcore/shaders`` in a wheel, the repository's ``shaders/`` otherwise."""
+def shader_dir(name: str | None = None) -> Path:
+    """The GLSL sources: ``$VKCORE_SHADER_DIR`` when it is a folder (holding ``name`` when
+    given; else one warning), else ``vkcore/shaders`` in a wheel or the repository's
+    ``shaders/``."""
     override = config.env_dir("VKCORE_SHADER_DIR", must_exist=True)
+    if override is not None and name is not None and not (override / name).is_file():
+        config.warn_ignored("VKCORE_SHADER_DIR", str(override), f"it has no {name}", "vkcore's")
+        override = None
     if override is not None:
         return override
     for candidate in (_PACKAGE_DIR / "shaders", _PACKAGE_DIR.parent / "shaders"):
@@ -120,7 +125,7 @@ def _define_args(defines: dict[str, int | str]) -> list[str]:
 def source_key(name: str, defines: dict[str, int | str]) -> str:
     """Hash of everything that decides the SPIR-V except the compiler itself."""
     h = hashlib.sha256()
-    h.update(_source_text(name, shader_dir()).encode())
+    h.update(_source_text(name, shader_dir(name)).encode())
     h.update(repr(_define_args(defines)).encode())
     h.update(TARGET_ENV.encode())
     return h.hexdigest()[:32]
@@ -274,7 +279,7 @@ def compile_glsl(name: str, defines: dict[str, int | str]) -> bytes:
             f"SPIR-V for shader {name} {defines} is neither shipped nor cached, and "
             "glslangValidator is not installed (Debian: glslang-tools)"
         )
-    root = shader_dir()
+    root = shader_dir(name)
     with tempfile.TemporaryDirectory(prefix="vkcore-glsl-") as tmp:
         out = Path(tmp) / "out.spv"
         cmd = [exe, "-V", "--target-env", TARGET_ENV, *_define_args(defines), "-I" + str(root)]
