@@ -152,3 +152,23 @@ def test_side_by_side_runs_blocks_in_alternating_order(repeats, block):
         first, second = ("b", "c") if i % 2 == 0 else ("c", "b")
         expected += [first * size, second * size]
     assert "".join(expected) == timed
+
+
+def test_a_device_without_timestamps_prints_na_for_device_time_rows(device, monkeypatch):
+    """timestampValidBits == 0 is a normal device: device-time rows are n/a, not a crash."""
+    monkeypatch.setattr(device.submitter, "timestamps", False)
+    monkeypatch.setattr(bench, "SOFTMAX_SHAPES_QUICK", [(4, 256)])
+    monkeypatch.setattr(bench, "MATVEC_SHAPES_QUICK", [(64, 256)])
+    result = bench.run_bench(device, quick=True, repeats=1, progress=False)
+    assert result["errors"] == []
+    rows = {c["group"]: c for c in result["comparisons"]}
+    for group in ("online_vs_safe", "int8_vs_fp32"):
+        assert rows[group]["ratio"] is None and rows[group]["candidate_s"] == []
+    assert rows["softmax_vs_numpy_e2e"]["ratio"] > 0  # wall-clock rows still measured
+    assert result["kernel_copy_bandwidth_median"] is None
+    by_group = {t["group"]: t for t in result["targets"]}
+    assert by_group["int8_vs_fp32"]["met"] is None
+    assert "no timestamps" in by_group["int8_vs_fp32"]["note"]
+    table = bench.format_table(result)
+    assert "n/a" in table
+    json.loads(bench.to_json(result))

@@ -88,16 +88,23 @@ class Comparison:
     overhead: bool = False  # report candidate / baseline instead of baseline / candidate
 
     @property
-    def baseline_median(self) -> float:
-        return statistics.median(self.baseline_s)
+    def measured(self) -> bool:
+        """False for a device-time row on a device without timestamps (no samples)."""
+        return bool(self.baseline_s) and bool(self.candidate_s)
 
     @property
-    def candidate_median(self) -> float:
-        return statistics.median(self.candidate_s)
+    def baseline_median(self) -> float | None:
+        return statistics.median(self.baseline_s) if self.baseline_s else None
 
     @property
-    def ratio(self) -> float:
-        """baseline / vkcore (call / floor for the overhead row)."""
+    def candidate_median(self) -> float | None:
+        return statistics.median(self.candidate_s) if self.candidate_s else None
+
+    @property
+    def ratio(self) -> float | None:
+        """baseline / vkcore (call / floor for the overhead row); None when not measured."""
+        if self.baseline_median is None or self.candidate_median is None:
+            return None
         if self.overhead:
             return self.candidate_median / self.baseline_median
         return self.baseline_median / self.candidate_median
@@ -113,9 +120,11 @@ class Comparison:
         return (min(pairs), max(pairs)) if pairs else (float("nan"), float("nan"))
 
     @property
-    def ratio_of_minimums(self) -> float:
+    def ratio_of_minimums(self) -> float | None:
         """The ratio of the fastest samples: on a machine shared with other work it is
         the closer estimate of what each side costs undisturbed."""
+        if not self.measured:
+            return None
         if self.overhead:
             return min(self.candidate_s) / min(self.baseline_s)
         return min(self.baseline_s) / min(self.candidate_s)
@@ -123,7 +132,7 @@ class Comparison:
     @property
     def bandwidth(self) -> float | None:
         """Effective bandwidth of the vkcore call in bytes/s on this row's clock."""
-        if not self.min_bytes:
+        if not self.min_bytes or not self.candidate_median:
             return None
         return self.min_bytes / self.candidate_median
 
@@ -215,6 +224,26 @@ def side_by_side(
     return base, cand, dev_s
 
 
+def device_side_by_side(
+    dev: Device, baseline: Callable[[], Any], candidate: Callable[[], Any], pairs: int
+) -> tuple[list[float], list[float]]:
+    """Both calls on the device clock, alternating, after one warm-up each: each call's
+    device seconds are read right after it. Two empty lists on a device without
+    timestamps (its rows then print n/a)."""
+    baseline()
+    candidate()
+    base: list[float] = []
+    cand: list[float] = []
+    for i in range(pairs):
+        for which in (0, 1) if i % 2 == 0 else (1, 0):
+            (baseline if which == 0 else candidate)()
+            seconds = dev.submitter.last_device_seconds
+            if seconds is None:
+                return [], []
+            (base if which == 0 else cand).append(seconds)
+    return base, cand
+
+
 def copy_bandwidth(repeats: int, nbytes: int = 256 << 20) -> list[float]:
     """Bytes per second of a numpy copy (read + write counted) of an ``nbytes`` array."""
     src = np.ones(nbytes // 4, dtype=np.float32)
@@ -295,20 +324,10 @@ def softmax_online_vs_safe(
             "online (2 passes)",
             min_bytes=8 * rows * n,
         )
-        # Both sides on the device clock: the baseline's device time is read right after it.
-        safe_dev: list[float] = []
-        online_dev: list[float] = []
-        safe_call, online_call = run("safe"), run("online")
-        safe_call()
-        online_call()
         # Calls on small shapes last ~0.1 ms and single samples swing by +-50%: take more
         # pairs there (cheap) so the median ratio is not decided by scheduling noise.
         pairs = repeats * SMALL_SHAPE_REPEAT_FACTOR if rows * n <= SMALL_SHAPE_ELEMENTS else repeats
-        for i in range(pairs):
-            for which in (0, 1) if i % 2 == 0 else (1, 0):
-                (safe_call if which == 0 else online_call)()
-                seconds = dev.submitter.last_device_seconds or 0.0
-                (safe_dev if which == 0 else online_dev).append(seconds)
+        safe_dev, online_dev = device_side_by_side(dev, run("safe"), run("online"), pairs)
         comp.baseline_s, comp.candidate_s, comp.candidate_device_s = (
             safe_dev,
             online_dev,
@@ -400,15 +419,7 @@ def matvec_comparisons(
             def f32_call(f32: Any = f32, x: np.ndarray = x) -> Any:
                 return vkcore.matvec_f32(f32, x)
 
-            f32_dev: list[float] = []
-            int8_dev: list[float] = []
-            f32_call()
-            int8_call()
-            for i in range(repeats):
-                for which in (0, 1) if i % 2 == 0 else (1, 0):
-                    (f32_call if which == 0 else int8_call)()
-                    seconds = dev.submitter.last_device_seconds or 0.0
-                    (f32_dev if which == 0 else int8_dev).append(seconds)
+            f32_dev, int8_dev = device_side_by_side(dev, f32_call, int8_call, repeats)
             yield Comparison(
                 "int8_vs_fp32",
                 "INT8 weight-only matvec vs fp32 matvec (device time)",
@@ -554,7 +565,9 @@ def run_bench(
         "copy_bandwidth_bytes_per_s": copies,
         "copy_bandwidth_median": statistics.median(copies),
         "kernel_copy_bandwidth_bytes_per_s": kernel_copies,
-        "kernel_copy_bandwidth_median": statistics.median(kernel_copies),
+        "kernel_copy_bandwidth_median": (
+            statistics.median(kernel_copies) if kernel_copies else None
+        ),
         "quant_kernels": quant,
         "comparisons": [c.summary() for c in comparisons],
         "targets": verdicts(comparisons),
@@ -586,10 +599,23 @@ def verdicts(comparisons: list[Comparison]) -> list[dict[str, Any]]:
                 }
             )
             continue
-        worst = (
-            min(rows, key=lambda c: c.ratio) if kind == ">=" else max(rows, key=lambda c: c.ratio)
-        )
-        value = worst.ratio
+        measured = [c for c in rows if c.ratio is not None]
+        if not measured:
+            out.append(
+                {
+                    "group": group,
+                    "title": title,
+                    "kind": kind,
+                    "target": target,
+                    "value": None,
+                    "met": None,
+                    "shape": None,
+                    "note": "n/a: the device has no timestamps (device-time rows)",
+                }
+            )
+            continue
+        worst = (min if kind == ">=" else max)(measured, key=_ratio_of)
+        value = _ratio_of(worst)
         met = value >= target if kind == ">=" else value <= target
         out.append(
             {
@@ -606,6 +632,11 @@ def verdicts(comparisons: list[Comparison]) -> list[dict[str, Any]]:
     return out
 
 
+def _ratio_of(c: Comparison) -> float:
+    assert c.ratio is not None
+    return c.ratio
+
+
 # ---------------------------------------------------------------------------- output
 def format_table(result: dict[str, Any]) -> str:
     """The human-readable report: environment, every comparison, the targets."""
@@ -618,7 +649,7 @@ def format_table(result: dict[str, Any]) -> str:
         f"LP_NUM_THREADS={env['lp_num_threads'] or 'unset'}",
         f"device {env['device']}  driver {env['driver']}",
         f"numpy copy bandwidth {copy_gbs:.1f} GB/s (read + write); a copy kernel with the "
-        f"softmax access pattern: {result['kernel_copy_bandwidth_median'] / 1e9:.1f} GB/s "
+        f"softmax access pattern: {_gbs(result['kernel_copy_bandwidth_median'])} "
         "(device time)",
         "",
         f"{'comparison':<52} {'shape':>14} {'baseline':>10} {'vkcore':>10} {'ratio':>7} "
@@ -631,11 +662,12 @@ def format_table(result: dict[str, Any]) -> str:
         roof = f"{bw / result['copy_bandwidth_median']:5.2f}" if bw else "    -"
         lo, hi = c["ratio_spread"]
         label = "call/floor" if c["overhead"] else "ratio"
+        spread = f"{lo:.2f}-{hi:.2f}" if c["ratio"] is not None else "n/a"
         lines.append(
             f"{c['title'][:52]:<52} {shape:>14} "
             f"{_ms(c['baseline_median_s'])} {_ms(c['candidate_median_s'])} "
-            f"{c['ratio']:7.2f} {f'{lo:.2f}-{hi:.2f}':>13} "
-            f"{c['ratio_of_minimums']:6.2f} {gbs} {roof}"
+            f"{_num(c['ratio'], 7)} {spread:>13} "
+            f"{_num(c['ratio_of_minimums'], 6)} {gbs} {roof}"
             + ("  (call/floor)" if label != "ratio" else "")
         )
     for err in result.get("errors", []):
@@ -651,8 +683,16 @@ def format_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:8.3f}ms"
+def _ms(seconds: float | None) -> str:
+    return f"{seconds * 1e3:8.3f}ms" if seconds is not None else f"{'n/a':>10}"
+
+
+def _num(value: float | None, width: int) -> str:
+    return f"{value:{width}.2f}" if value is not None else f"{'n/a':>{width}}"
+
+
+def _gbs(bytes_per_s: float | None) -> str:
+    return f"{bytes_per_s / 1e9:.1f} GB/s" if bytes_per_s is not None else "n/a"
 
 
 def write_plot(result: dict[str, Any], path: str) -> None:
@@ -665,7 +705,7 @@ def write_plot(result: dict[str, Any], path: str) -> None:
     comps = result["comparisons"]
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(12, 10))
     labels = [f"{c['group']}\n{'x'.join(map(str, c['shape']))}" for c in comps]
-    values = [c["ratio"] for c in comps]
+    values = [c["ratio"] or 0.0 for c in comps]
     colors = ["tab:orange" if c["overhead"] else "tab:blue" for c in comps]
     ax1.bar(range(len(comps)), values, color=colors)
     for i, c in enumerate(comps):
@@ -679,11 +719,12 @@ def write_plot(result: dict[str, Any], path: str) -> None:
     bw = [(c["bandwidth_bytes_per_s"] or 0) / 1e9 for c in comps]
     ax2.bar(range(len(comps)), bw)
     ax2.axhline(result["copy_bandwidth_median"] / 1e9, color="red", label="numpy copy")
-    ax2.axhline(
-        result["kernel_copy_bandwidth_median"] / 1e9,
-        color="purple",
-        label="copy kernel on the device",
-    )
+    if result["kernel_copy_bandwidth_median"] is not None:
+        ax2.axhline(
+            result["kernel_copy_bandwidth_median"] / 1e9,
+            color="purple",
+            label="copy kernel on the device",
+        )
     ax2.set_xticks(range(len(comps)), labels, rotation=75, fontsize=7)
     ax2.set_ylabel("effective GB/s")
     ax2.set_title("roofline position: minimum bytes moved / time")
