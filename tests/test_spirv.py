@@ -1,8 +1,10 @@
+import logging
 import shutil
+import struct
 
 import pytest
 
-from vkcore import spirv
+from vkcore import cachefs, spirv
 
 
 def test_cached_spirv_is_used_without_the_compiler(monkeypatch, tmp_path):
@@ -51,3 +53,89 @@ def test_compile_error_is_reported(tmp_path, monkeypatch):
     monkeypatch.setenv("VKCORE_SPIRV_CACHE", "0")
     with pytest.raises(RuntimeError, match="glslangValidator failed"):
         spirv.get("broken.comp", {})
+
+
+# ---------------------------------------------------------------------------- entries
+DEFINES = {"STAGE": 0, "TEXEL": 1, "VEC4": 1}
+
+
+@pytest.fixture(scope="module")
+def code():
+    if shutil.which("glslangValidator") is None:
+        pytest.skip("needs the compiler")
+    return spirv.compile_glsl("softmax_online.comp", DEFINES)
+
+
+KEY = "0123456789abcdef0123456789abcdef"
+
+
+def test_entry_round_trip_and_every_damage_is_detected(code):
+    entry = spirv.encode_entry(KEY, code)
+    assert spirv.decode_entry(entry, KEY) == code
+    for at in range(0, len(entry), max(1, len(entry) // 300)):  # flipped bytes everywhere
+        damaged = entry[:at] + bytes([entry[at] ^ 0x01]) + entry[at + 1 :]
+        with pytest.raises(cachefs.EntryError):
+            spirv.decode_entry(damaged, KEY)
+    for size in range(0, len(entry), max(1, len(entry) // 100)):  # every truncation
+        with pytest.raises(cachefs.EntryError):
+            spirv.decode_entry(entry[:size], KEY)
+    with pytest.raises(cachefs.EntryError, match="key"):
+        spirv.decode_entry(entry, KEY[::-1])
+    with pytest.raises(cachefs.EntryError, match="magic"):
+        spirv.decode_entry(code, KEY)  # bare SPIR-V (the old cache format) is not an entry
+
+
+def _word(code: bytes, index: int, value: int) -> bytes:
+    return code[: 4 * index] + struct.pack("<I", value) + code[4 * index + 4 :]
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (lambda c: _word(c, 0, 0x03022307), "magic"),
+        (lambda c: _word(c, 1, 0x00020000), "version"),
+        (lambda c: _word(c, 1, 0x00010700), "version"),
+        (lambda c: _word(c, 3, 0), "bound"),
+        (lambda c: _word(c, 3, 1 << 23), "bound"),
+        (lambda c: _word(c, 4, 1), "schema"),
+        (lambda c: _word(c, 5, 0), "runs past"),  # an instruction of zero words
+        (lambda c: _word(c, 5, 0xFFFF0011), "runs past"),
+        (lambda c: c[:-4], "OpFunctionEnd"),
+        (lambda c: c[:18], "whole words"),
+        (lambda c: c[:5 * 4], "memory model"),
+        (lambda c: _word(c, 5, (2 << 16) | 14), "OpCapability"),
+    ],
+)
+def test_structural_checks(code, change, reason):
+    spirv.check_spirv(code)
+    with pytest.raises(cachefs.EntryError, match=reason):
+        spirv.check_spirv(change(code))
+
+
+def test_every_registered_variant_passes_the_structural_check():
+    if shutil.which("glslangValidator") is None:
+        pytest.skip("needs the compiler")
+    for name, defines in spirv.variants()[::7]:  # a spread of them: compiling all is slow
+        spirv.check_spirv(spirv.get(name, defines).code)
+
+
+def test_cache_entry_is_checked_before_use(monkeypatch, tmp_path, caplog):
+    """A constant changed inside a cached entry (its digest now wrong) is never used."""
+    if shutil.which("glslangValidator") is None:
+        pytest.skip("needs the compiler")
+    monkeypatch.setenv("VKCORE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(spirv, "_shipped", lambda skey: None)
+    spirv.clear_memory_cache()
+    first = spirv.get("softmax_safe.comp", {"STAGE": 1, "TEXEL": 0, "VEC4": 0})
+    (path,) = (tmp_path / "spirv").glob("*.spv")
+    data = bytearray(path.read_bytes())
+    data[-8] ^= 0x40  # inside the last instructions, still valid structure
+    path.write_bytes(bytes(data))
+    spirv.clear_memory_cache()
+    with caplog.at_level(logging.WARNING, logger="vkcore"):
+        again = spirv.get("softmax_safe.comp", {"STAGE": 1, "TEXEL": 0, "VEC4": 0})
+    assert again.origin == "compiled" and again.code == first.code
+    assert caplog.text.count("WARNING") == 1 and "SHA-256 mismatch" in caplog.text
+    spirv.clear_memory_cache()
+    assert spirv.get("softmax_safe.comp", {"STAGE": 1, "TEXEL": 0, "VEC4": 0}).origin == "cache"
+    spirv.clear_memory_cache()

@@ -16,7 +16,7 @@ entry must be a regular file of at most 16 MiB; a cached one must also be owned 
 user in a folder others cannot write (shipped ones are as trusted as the package's code).
 Then the header, the key (an entry copied under another key is refused), the digest and
 the SPIR-V structure (magic, version 1.0-1.6, bound, schema 0, every instruction's word
-count adding up exactly, a GLCompute entry point) are checked. ``spirv-val`` is not run
+count adding up exactly, a GLCompute entry point, OpFunctionEnd last) are checked. ``spirv-val`` is not run
 at load: it is a 10-30 ms process per variant and absent from an installed wheel; the
 digest proves the words are the ones ``spirv-val`` accepted when they were compiled. A
 failed check is one warning, then the variant is recompiled (and the entry rewritten).
@@ -57,7 +57,7 @@ _ENTRY = struct.Struct("<8sII32s32s")
 MAX_ENTRY_BYTES = 16 * 1024 * 1024
 _SPIRV_MAGIC = 0x07230203
 _SPIRV_MAX_BOUND = 1 << 22  # the Vulkan minimum for the id bound limit is 4,194,303
-_OP_MEMORY_MODEL, _OP_ENTRY_POINT, _OP_CAPABILITY = 14, 15, 17
+_OP_MEMORY_MODEL, _OP_ENTRY_POINT, _OP_CAPABILITY, _OP_FUNCTION_END = 14, 15, 17, 56
 _GL_COMPUTE = 5
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
@@ -256,7 +256,7 @@ def check_spirv(code: bytes) -> None:
         raise cachefs.EntryError(f"SPIR-V version word 0x{version:08x}")
     if not 0 < bound <= _SPIRV_MAX_BOUND or schema != 0:
         raise cachefs.EntryError(f"SPIR-V id bound {bound} or schema {schema}")
-    at, seen, compute = 5, set(), False
+    at, seen, compute, op = 5, set(), False, 0
     while at < len(words):
         count, op = words[at] >> 16, words[at] & 0xFFFF
         if count == 0 or at + count > len(words):
@@ -269,6 +269,8 @@ def check_spirv(code: bytes) -> None:
         at += count
     if _OP_MEMORY_MODEL not in seen or not compute:
         raise cachefs.EntryError("SPIR-V has no memory model or no GLCompute entry point")
+    if op != _OP_FUNCTION_END:
+        raise cachefs.EntryError("SPIR-V does not end with OpFunctionEnd (cut short)")
 
 
 def compile_glsl(name: str, defines: dict[str, int | str]) -> bytes:
