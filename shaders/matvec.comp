@@ -17,11 +17,11 @@
 // row loops are unrolled so that those accumulators stay in registers. Integer
 // results are exact as long as the true value fits in int32 (wrap-around arithmetic);
 // the host refuses shapes where it might not.
-#extension GL_KHR_shader_subgroup_basic : require
-#extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_EXT_control_flow_attributes : require
 
 layout(local_size_x_id = 0) in;
+#extension GL_GOOGLE_include_directive : require
+#include "workgroup_reduce.glsl"
 // Rows per workgroup: a specialization constant, so `vkcore tune` can choose it per device.
 layout(constant_id = 1) const int ROWS = 16;
 
@@ -127,14 +127,16 @@ ivec4 acts4(uint word) {
 
 int group_of(uint row) { return int(row * pc.group_stride); }
 
-// Sum of the accumulator over the workgroup; valid in invocation 0.
+// Sum of the accumulator over the workgroup, for any workgroup size
+// (workgroup_reduce.glsl); valid in invocation 0.
 ACC_T workgroup_sum(ACC_T v, uint r) {
-    ACC_T total = subgroupAdd(v);
-    if (gl_NumSubgroups == 1u) return total;
-    if (subgroupElect()) sh_acc[r][gl_SubgroupID] = total;
+    if (one_subgroup()) return subgroupAdd(v);
+    sh_acc[r][gl_LocalInvocationID.x] = v;
     barrier();
-    total = ZERO;
-    for (uint i = 0u; i < gl_NumSubgroups; ++i) total += sh_acc[r][i];
+#define SUM_SLOT(a, b) sh_acc[r][a] += sh_acc[r][b]
+    TREE_REDUCE(SUM_SLOT)
+#undef SUM_SLOT
+    ACC_T total = sh_acc[r][0];
     barrier();
     return total;
 }

@@ -11,11 +11,10 @@
 // all q = 0, so every output of the matvec is NaN. Output: s_x, z_x, two pad words, then
 // the packed values.
 #extension GL_GOOGLE_include_directive : require
-#extension GL_KHR_shader_subgroup_basic : require
-#extension GL_KHR_shader_subgroup_arithmetic : require
 #include "quant_common.glsl"
 
 layout(local_size_x_id = 0) in;
+#include "workgroup_reduce.glsl"
 
 layout(std430, binding = 0) readonly buffer X { float x[]; };
 layout(std430, binding = 1) writeonly buffer QX { float s_x; int z_x; int pad0; int pad1; uint qx[]; };
@@ -30,6 +29,7 @@ layout(push_constant) uniform Push {
 shared float sh_lo[gl_WorkGroupSize.x];
 shared float sh_hi[gl_WorkGroupSize.x];
 shared uint sh_bad[gl_WorkGroupSize.x];
+#define RANGE_SLOT(a, b) sh_lo[a] = min(sh_lo[a], sh_lo[b]); sh_hi[a] = max(sh_hi[a], sh_hi[b]); sh_bad[a] |= sh_bad[b]
 
 // 1 for NaN and +-infinity, decided on the bits (min/max may ignore a NaN).
 uint non_finite(float v) { return uint((floatBitsToUint(v) & 0x7f800000u) == 0x7f800000u); }
@@ -44,15 +44,16 @@ void main() {
         lo = min(lo, v);
         hi = max(hi, v);
     }
-    lo = subgroupMin(lo);
-    hi = subgroupMax(hi);
-    bad = subgroupOr(bad);
-    if (subgroupElect()) { sh_lo[gl_SubgroupID] = lo; sh_hi[gl_SubgroupID] = hi; sh_bad[gl_SubgroupID] = bad; }
-    barrier();
-    for (uint i = 0u; i < gl_NumSubgroups; ++i) {
-        lo = min(lo, sh_lo[i]);
-        hi = max(hi, sh_hi[i]);
-        bad |= sh_bad[i];
+    // Any workgroup size (workgroup_reduce.glsl); every invocation gets the result.
+    if (one_subgroup()) {
+        lo = subgroupMin(lo);
+        hi = subgroupMax(hi);
+        bad = subgroupOr(bad);
+    } else {
+        sh_lo[lane] = lo; sh_hi[lane] = hi; sh_bad[lane] = bad;
+        barrier();
+        TREE_REDUCE(RANGE_SLOT)
+        lo = sh_lo[0]; hi = sh_hi[0]; bad = sh_bad[0];
     }
 
 #if ACT == 1

@@ -10,11 +10,10 @@
 // row: the packed blocks (the last one padded with 0 = z), and in `rowinfo` the scale's
 // bits and a flag for a NaN or infinity in the row (the host then raises its error).
 #extension GL_GOOGLE_include_directive : require
-#extension GL_KHR_shader_subgroup_basic : require
-#extension GL_KHR_shader_subgroup_arithmetic : require
 #include "quant_common.glsl"
 
 layout(local_size_x_id = 0) in;
+#include "workgroup_reduce.glsl"
 
 #if TEXEL
 #extension GL_EXT_samplerless_texture_functions : require
@@ -39,13 +38,16 @@ layout(push_constant) uniform Push {
 
 shared uint sh_max[gl_WorkGroupSize.x];
 
+#define MAX_SLOT(a, b) sh_max[a] = max(sh_max[a], sh_max[b])
+
+// Any workgroup size (workgroup_reduce.glsl); every invocation gets the maximum.
 uint workgroup_max(uint v) {
-    uint m = subgroupMax(v);
-    if (gl_NumSubgroups == 1u) return m;  // uniform: one subgroup needs no shared memory
-    if (subgroupElect()) sh_max[gl_SubgroupID] = m;
+    if (one_subgroup()) return subgroupMax(v);
+    sh_max[gl_LocalInvocationID.x] = v;
     barrier();
-    m = 0u;
-    for (uint i = 0u; i < gl_NumSubgroups; ++i) m = max(m, sh_max[i]);
+    TREE_REDUCE(MAX_SLOT)
+    uint m = sh_max[0];
+    barrier();  // slot 0 is read everywhere before the next row writes it
     return m;
 }
 
