@@ -8,6 +8,8 @@ import json
 import logging
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -124,7 +126,9 @@ def another_entry(root: Path, kind: str, path: Path) -> bytes:
 def damage(root: Path, kind: str, how: str) -> Path:
     path = target(root, kind)
     data = path.read_bytes()
-    cap = {"spirv": spirv.MAX_ENTRY_BYTES, "pipeline": pc.DEFAULT_MAX_BYTES}.get(kind, tune.MAX_BYTES)
+    cap = {"spirv": spirv.MAX_ENTRY_BYTES, "pipeline": pc.DEFAULT_MAX_BYTES}.get(
+        kind, tune.MAX_BYTES
+    )
     if how == "flip":
         mid = len(data) // 2
         path.write_bytes(data[:mid] + bytes([data[mid] ^ 0x10]) + data[mid + 1 :])
@@ -228,3 +232,34 @@ def test_shipped_spirv_is_checked(tmp_path, monkeypatch, caplog):
         assert got.origin == "compiled" and got.code == good
         assert caplog.text.count("WARNING") == 1 and "shipped SPIR-V" in caplog.text
     spirv.clear_memory_cache()
+
+
+def test_ls_lists_all_three_kinds(root, capsys):
+    prime(root)
+    assert cli_main(["cache", "--dir", str(root), "ls", "--no-device", "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    assert [e["state"] for e in listing["tune"]] == ["intact"]
+    assert listing["spirv"] and all(e["state"] == "intact" for e in listing["spirv"])
+    assert [e["state"] for e in listing["files"]] == ["intact"]
+    assert cli_main(["cache", "--dir", str(root), "ls", "--no-device"]) == 0
+    out = capsys.readouterr().out
+    assert "tune files in" in out and "SPIR-V entries in" in out and "pipeline caches in" in out
+
+
+def test_without_posix_uids_and_fcntl_the_caches_still_work(tmp_path):
+    """Windows has neither os.geteuid nor fcntl: the module imports, locks are msvcrt's (or
+    none) and the ownership checks are skipped."""
+    script = f"""
+import os, sys
+sys.modules["fcntl"] = None
+del os.geteuid
+from pathlib import Path
+from vkcore import cachefs
+assert not cachefs.OWNER_CHECKS and cachefs.fcntl is None
+p = Path({str(tmp_path)!r}) / "a" / "b.bin"
+cachefs.store(p, b"data")
+assert cachefs.read_entry(p, 10) == b"data"
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

@@ -131,7 +131,9 @@ def test_shader_dir_without_the_shader_warns_and_uses_the_package(monkeypatch, t
 
 
 def _values(name: str, scratch: Path) -> st.SearchStrategy[str]:
-    text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=12)
+    text = st.text(
+        st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=12
+    )
     if name in PATHS:
         # relative paths land in the scratch cwd; absolute ones only inside scratch
         special = [str(scratch / "a-file"), str(scratch / "missing" / "x"), str(scratch)]
@@ -174,9 +176,7 @@ def test_any_value_of_any_variable_gives_a_working_kernel(tmp_path, monkeypatch)
     w = rng.standard_normal((9, 16)).astype(np.float32)
     q, s, z = reference.quantize(w, 8, True, True)
     envs = st.dictionaries(st.sampled_from(VARIABLES), st.just(""), min_size=1, max_size=3)
-    envs = envs.flatmap(
-        lambda d: st.fixed_dictionaries({k: _values(k, scratch) for k in d})
-    )
+    envs = envs.flatmap(lambda d: st.fixed_dictionaries({k: _values(k, scratch) for k in d}))
 
     @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
     @given(envs)

@@ -20,9 +20,8 @@ import numpy as np
 import pytest
 
 import vkcore
-from vkcore import cachefs
+from vkcore import cachefs, reference
 from vkcore import pipeline_cache as pc
-from vkcore import reference
 from vkcore.cli import main as cli_main
 from vkcore.errors import VulkanError
 

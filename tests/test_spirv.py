@@ -102,7 +102,7 @@ def _word(code: bytes, index: int, value: int) -> bytes:
         (lambda c: _word(c, 5, 0xFFFF0011), "runs past"),
         (lambda c: c[:-4], "OpFunctionEnd"),
         (lambda c: c[:18], "whole words"),
-        (lambda c: c[:5 * 4], "memory model"),
+        (lambda c: c[: 5 * 4], "memory model"),
         (lambda c: _word(c, 5, (2 << 16) | 14), "OpCapability"),
     ],
 )

@@ -21,7 +21,9 @@ json_values = st.recursive(
     | st.integers(min_value=-(2**70), max_value=2**70)
     | st.floats(allow_nan=True, allow_infinity=True)
     | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 names = st.sampled_from(tune.PARAMETERS) | st.text(max_size=12)
@@ -102,7 +104,9 @@ def test_a_file_tune_writes_is_read_back(device, clean):
 
 def test_allowed_is_what_tune_measures(device):
     assert tune.allowed(device, "softmax_workgroup") == set(tune.candidates(device))
-    limit = min(device.info.max_compute_work_group_size[0], device.info.max_compute_work_group_invocations)
+    limit = min(
+        device.info.max_compute_work_group_size[0], device.info.max_compute_work_group_invocations
+    )
     assert all(v <= limit for v in tune.candidates(device))
     assert device.info.subgroup_size in tune.candidates(device)
     for name, values in tune.ROW_CANDIDATES.items():

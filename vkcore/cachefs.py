@@ -256,4 +256,3 @@ def remove_entry(path: Path) -> None:
         shutil.rmtree(path)
     else:
         path.unlink(missing_ok=True)
-

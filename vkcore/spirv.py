@@ -16,9 +16,10 @@ entry must be a regular file of at most 16 MiB; a cached one must also be owned 
 user in a folder others cannot write (shipped ones are as trusted as the package's code).
 Then the header, the key (an entry copied under another key is refused), the digest and
 the SPIR-V structure (magic, version 1.0-1.6, bound, schema 0, every instruction's word
-count adding up exactly, a GLCompute entry point, OpFunctionEnd last) are checked. ``spirv-val`` is not run
-at load: it is a 10-30 ms process per variant and absent from an installed wheel; the
-digest proves the words are the ones ``spirv-val`` accepted when they were compiled. A
+count adding up exactly, a GLCompute entry point, OpFunctionEnd last) are checked.
+``spirv-val`` is not run at load: it is a separate process per variant (many times the
+cost of these checks) and absent from an installed wheel; the digest proves the words
+are the ones ``spirv-val`` accepted when they were compiled. A
 failed check is one warning, then the variant is recompiled (and the entry rewritten).
 
 Every variant a kernel can request is declared once, next to the kernel, with
