@@ -40,8 +40,9 @@ import numpy as np
 from .. import spirv
 from ..commands import Dispatch
 from ..device import Device, resolve
-from ..memory import Buffer, Tensor
+from ..memory import Buffer, Tensor, asarray, buffer_pool
 from . import _common as c
+from . import quant as _q
 from .quant import (
     BLOCK,
     Chunk,
@@ -255,8 +256,11 @@ def _matvec(
     m, n = mat.shape
     xv = _vector(x, n, dev, "x")
     bv = None if bias is None else _vector(bias, m, dev, "bias")
+    _check_binding(dev, 4 * n, "x")
     with dev.lock:
         xbuf = _input_buffer(mat, xv, "x")
+        if not _q.vectors_fit(dev, m):
+            return _matvec_by_chunks(mat, mode, xbuf, xv, bv, out_acc)
         bbuf = c.dummy_buffer(dev) if bv is None else _input_buffer(mat, bv, "bias")
         y_tensor = Tensor.empty((m,), np.float32, dev) if isinstance(xv, Tensor) else None
         ybuf = y_tensor.buffer if y_tensor is not None else mat.scratch_buffer("y", 4 * m)
@@ -276,6 +280,73 @@ def _matvec(
         out = np.empty(m, dtype=np.float32)
         ybuf.read(out)
         return out
+
+
+def _check_binding(dev: Device, nbytes: int, name: str) -> None:
+    """x is bound whole (the kernels split rows, not columns): refuse one too long."""
+    limit = _q.binding_limit(dev)
+    if nbytes > limit:
+        raise ValueError(
+            f"{name} needs {nbytes} bytes in one storage binding, more than this device's "
+            f"maxStorageBufferRange ({limit} bytes); split the layer by columns "
+            "(sum the products of column blocks)"
+        )
+
+
+def _matvec_by_chunks(
+    mat: QuantizedTensor | F32Matrix,
+    mode: int,
+    xbuf: Buffer,
+    xv: np.ndarray | Tensor,
+    bv: np.ndarray | Tensor | None,
+    out_acc: bool,
+) -> Any:
+    """Rows too many for one binding of their per-row vectors (y, bias, scales, zero
+    points, row sums): every chunk of rows binds its own, taken from the buffer pool for
+    this call (row sums are recomputed here, so nothing is kept between calls)."""
+    dev = mat.device
+    dummy = c.dummy_buffer(dev)
+    pool = buffer_pool(dev)
+    bias = bv.numpy() if isinstance(bv, Tensor) else bv
+    taken: list[Buffer] = []
+
+    def take(nbytes: int) -> Buffer:
+        taken.append(pool.acquire(max(16, nbytes)))
+        return taken[-1]
+
+    try:
+        steps: list[Dispatch] = []
+        pipe, act, act_vec, blocks = _kernel(mat, mode, xbuf, steps)
+        ys = []
+        groups = [(dummy, dummy, 0)] * len(mat.chunks)
+        if isinstance(mat, QuantizedTensor):
+            groups = mat.group_buffers(take)
+        for ch, (scale, zero, _) in zip(mat.chunks, groups, strict=True):
+            rowsum = dummy
+            if isinstance(mat, QuantizedTensor) and mode == MODES["uint8"]:
+                rowsum = take(4 * ch.rows)
+                steps.append(_rowsum_step(mat, ch, scale, zero, rowsum, 0))
+            bbuf = dummy
+            if bias is not None:
+                bbuf = take(4 * ch.rows)
+                bbuf.write(c.as_float32(bias[ch.row0 : ch.row0 + ch.rows]))
+            ys.append(take(4 * ch.rows))
+            per_channel = int(getattr(mat, "per_channel", False))
+            push = c.pack_u32(
+                blocks, mat.shape[1], ch.rows, 0, per_channel, int(bias is not None), int(out_acc)
+            )
+            buffers = (ch.buffer, scale, zero, rowsum, act, act_vec, bbuf, ys[-1])
+            steps.append(Dispatch(pipe, buffers, push, _grid(dev, ch.rows, _pipe_mode(mat, mode))))
+        dev.submitter.run(steps)
+        out = np.empty(mat.shape[0], dtype=np.float32)
+        for ch, ybuf in zip(mat.chunks, ys, strict=True):
+            ybuf.read(out[ch.row0 : ch.row0 + ch.rows])
+    finally:
+        for buf in taken:
+            pool.release(buf)
+    if isinstance(xv, Tensor):
+        return asarray(out, device=dev)
+    return out
 
 
 def _input_buffer(mat: QuantizedTensor | F32Matrix, v: np.ndarray | Tensor, name: str) -> Buffer:
@@ -300,35 +371,46 @@ def _steps(
     dev = mat.device
     dummy = c.dummy_buffer(dev)
     steps: list[Dispatch] = []
-    act, act_vec = xbuf, xbuf
-    if isinstance(mat, F32Matrix):
-        pipe = _pipeline(dev, MODE_F32, True, False, _texel(mat, MODE_F32, xbuf))
-        blocks = mat.row_floats // BLOCK
-        scale = zero = rowsum = dummy
-        per_channel = 0
-    else:
-        blocks = mat.row_bytes // BLOCK
-        scale, zero = _group_buffers(mat)
+    scale = zero = rowsum = dummy
+    per_channel = 0
+    if isinstance(mat, QuantizedTensor):
+        scale, zero = _whole_groups(mat)  # they fit one binding (else _matvec_by_chunks)
         per_channel = int(mat.per_channel)
         rowsum = _rowsum(mat, steps, made) if mode == MODES["uint8"] else dummy
-        if mode in (MODES["int8"], MODES["uint8"]):
-            act = _quantize_activations(mat, xbuf, mode, steps)
-            act_vec = dummy
-        texel = _texel(mat, mode, act)
-        pipe = _pipeline(dev, mode, mat.symmetric, not mat.symmetric, texel)
+    pipe, act, act_vec, blocks = _kernel(mat, mode, xbuf, steps)
     n = mat.shape[1]
-    pipe_mode = MODE_F32 if isinstance(mat, F32Matrix) else mode
     for ch in mat.chunks:
         push = c.pack_u32(blocks, n, ch.rows, ch.row0, per_channel, int(has_bias), int(out_acc))
         buffers = (ch.buffer, scale, zero, rowsum, act, act_vec, bbuf, ybuf)
-        steps.append(Dispatch(pipe, buffers, push, _grid(dev, ch.rows, pipe_mode)))
+        steps.append(Dispatch(pipe, buffers, push, _grid(dev, ch.rows, _pipe_mode(mat, mode))))
     return steps
 
 
-def _group_buffers(qt: QuantizedTensor) -> tuple[Buffer, Buffer]:
+def _whole_groups(qt: QuantizedTensor) -> tuple[Buffer, Buffer]:
     scale, zero = qt.scale_tensor.buffer, qt.zero_point_tensor.buffer
     assert scale is not None and zero is not None
     return scale, zero
+
+
+def _pipe_mode(mat: QuantizedTensor | F32Matrix, mode: int) -> int:
+    return MODE_F32 if isinstance(mat, F32Matrix) else mode
+
+
+def _kernel(
+    mat: QuantizedTensor | F32Matrix, mode: int, xbuf: Buffer, steps: list[Dispatch]
+) -> tuple[Any, Buffer, Buffer, int]:
+    """The matvec pipeline, its two activation bindings and the blocks per stored row;
+    the integer modes append the step that quantizes x."""
+    if isinstance(mat, F32Matrix):
+        pipe = _pipeline(mat.device, MODE_F32, True, False, _texel(mat, MODE_F32, xbuf))
+        return pipe, xbuf, xbuf, mat.row_floats // BLOCK
+    act, act_vec = xbuf, xbuf
+    if mode in (MODES["int8"], MODES["uint8"]):
+        act = _quantize_activations(mat, xbuf, mode, steps)
+        act_vec = c.dummy_buffer(mat.device)
+    texel = _texel(mat, mode, act)
+    pipe = _pipeline(mat.device, mode, mat.symmetric, not mat.symmetric, texel)
+    return pipe, act, act_vec, mat.row_bytes // BLOCK
 
 
 def _grid(dev: Device, rows: int, mode: int) -> tuple[int, int, int]:
@@ -386,21 +468,25 @@ def _rowsum(qt: QuantizedTensor, steps: list[Dispatch], made: dict[str, Buffer])
     call must not leave row sums that were never computed)."""
     if qt.rowsum is not None and qt.rowsum.alive:
         return qt.rowsum
+    rowsum = made["rowsum"] = Buffer(qt.device, 4 * qt.shape[0])
+    scale, zero = _whole_groups(qt)
+    for ch in qt.chunks:
+        steps.append(_rowsum_step(qt, ch, scale, zero, rowsum, ch.row0))
+    return rowsum
+
+
+def _rowsum_step(
+    qt: QuantizedTensor, ch: Chunk, scale: Buffer, zero: Buffer, out: Buffer, row0: int
+) -> Dispatch:
+    """The dispatch that writes the row sums of chunk ``ch`` into ``out`` from ``row0``."""
     dev = qt.device
-    m = qt.shape[0]
-    rowsum = made["rowsum"] = Buffer(dev, 4 * m)
     pipe = _pipeline(
         dev, MODE_ROWSUM, qt.symmetric, not qt.symmetric, _texel(qt, MODE_ROWSUM, None)
     )
+    push = c.pack_u32(qt.row_bytes // BLOCK, qt.shape[1], ch.rows, row0, int(qt.per_channel), 0, 0)
     dummy = c.dummy_buffer(dev)
-    scale, zero = _group_buffers(qt)
-    for ch in qt.chunks:
-        push = c.pack_u32(
-            qt.row_bytes // BLOCK, qt.shape[1], ch.rows, ch.row0, int(qt.per_channel), 0, 0
-        )
-        buffers = (ch.buffer, scale, zero, rowsum, dummy, dummy, dummy, dummy)
-        steps.append(Dispatch(pipe, buffers, push, _grid(dev, ch.rows, MODE_ROWSUM)))
-    return rowsum
+    buffers = (ch.buffer, scale, zero, out, dummy, dummy, dummy, dummy)
+    return Dispatch(pipe, buffers, push, _grid(dev, ch.rows, MODE_ROWSUM))
 
 
 def _quantize_activations(

@@ -70,6 +70,12 @@ def binding_limit(device: Device) -> int:
     return int(device.info.max_storage_buffer_range)
 
 
+def vectors_fit(device: Device, m: int) -> bool:
+    """Whether one binding holds a 4-byte value per output row (y, bias, scales, zero
+    points, row sums); where it does not, each row chunk binds its own slice."""
+    return 4 * m <= binding_limit(device)
+
+
 def quant_rows(device: Device) -> int:
     """Rows per quantize/dequantize invocation (specialization constant 1)."""
     from .. import tune
@@ -164,6 +170,24 @@ class QuantizedTensor(ScratchOwner):
         self.row_bytes = c.ceil_div(shape[1], BLOCK) * BLOCK
         self.rowsum: Buffer | None = None  # sum_j (Q_ij - z_i), made on first use
         self.scratch: dict[str, Buffer] = {}  # per-call buffers reused by matvec
+
+    def group_buffers(self, take: Callable[[int], Buffer]) -> list[tuple[Buffer, Buffer, int]]:
+        """Per chunk: the scale and zero-point buffers to bind and the global row of their
+        first element. The whole vectors (row 0) where they fit one binding, else slices
+        written for this call into buffers from ``take(nbytes)`` (the caller frees them)."""
+        scale, zero = self.scale_tensor.buffer, self.zero_point_tensor.buffer
+        assert scale is not None and zero is not None
+        if not self.per_channel or vectors_fit(self.device, self.shape[0]):
+            return [(scale, zero, 0)] * len(self.chunks)
+        s, z = self.scale, self.zero_point
+        out = []
+        for ch in self.chunks:
+            part = slice(ch.row0, ch.row0 + ch.rows)
+            s_buf, z_buf = take(4 * ch.rows), take(4 * ch.rows)
+            s_buf.write(s[part])
+            z_buf.write(z[part])
+            out.append((s_buf, z_buf, ch.row0))
+        return out
 
     @property
     def dtype(self) -> np.dtype:
@@ -382,7 +406,7 @@ class _QuantizeJob:
 
     dev: Device
     n: int
-    params: Buffer
+    params: dict[int, Buffer]  # per chunk (by first row): its groups' parameters
     qmin: int
     qmax: int
     per_channel: bool
@@ -395,13 +419,14 @@ class _QuantizeJob:
         blocks = c.ceil_div(n, BLOCK)
         vec_blocks = n // BLOCK if n % 4 == 0 and offset % 4 == 0 else 0
         parts = ((1, 0, vec_blocks), (0, vec_blocks, blocks - vec_blocks))
+        params = self.params[ch.row0]
         texel = all(
             buf.nbytes >= 16 and c.texel_format(dev, buf, fmt) is not None
-            for buf, fmt in ((src, "rgba32f"), (self.params, "rgba32ui"))
+            for buf, fmt in ((src, "rgba32f"), (params, "rgba32ui"))
         )
         steps = []
         for first, count in row_slices(rows, grid_rows(dev)):
-            row = ch.row0 + start + first
+            row = start + first  # in the chunk, as its parameters are
             head = c.pack_u32(n, blocks, count, offset + first * n, start + first, row)
             head += c.pack_u32(int(self.per_channel))
             head += np.array([self.qmin, self.qmax], dtype="<i4").tobytes()
@@ -410,7 +435,7 @@ class _QuantizeJob:
                     pipe = _quantize_pipeline(dev, vec, texel and bool(vec))
                     groups = (column_groups(dev, count_x), c.ceil_div(count, quant_rows(dev)), 1)
                     push = head + c.pack_u32(block0)
-                    steps.append(Dispatch(pipe, (src, ch.buffer, self.params), push, groups))
+                    steps.append(Dispatch(pipe, (src, ch.buffer, params), push, groups))
         dev.submitter.run(steps)
 
 
@@ -438,16 +463,22 @@ def _run_quantize(
     symmetric: bool,
     per_channel: bool,
 ) -> None:
-    """Quantize with the scales and zero points the host computed."""
+    """Quantize with the scales and zero points the host computed; each chunk binds the
+    parameters of its own rows (all of them may not fit one binding)."""
     pool = buffer_pool(dev)
-    params = pool.acquire(max(16, device_params(s, z).nbytes))
+    params: dict[int, Buffer] = {}
     try:
-        params.write(device_params(s, z))
+        for ch in chunks:
+            part = slice(ch.row0, ch.row0 + ch.rows)
+            groups = device_params(s[part], z[part]) if per_channel else device_params(s, z)
+            buf = params[ch.row0] = pool.acquire(max(16, groups.nbytes))
+            buf.write(groups)
         qmin, qmax = integer_range(bits, symmetric)
         job = _QuantizeJob(dev, w32.shape[1], params, qmin, qmax, per_channel)
         _for_weight_slices(dev, w32, chunks, w_rows, job.run_slice)
     finally:
-        pool.release(params)
+        for buf in params.values():
+            pool.release(buf)
 
 
 SliceRunner = Callable[[Buffer, int, Chunk, int, int], None]
@@ -505,8 +536,10 @@ def _quantize_rows(
     (quantize_rows.comp), in the same pass over the weights; returns (s, z)."""
     m, n = w32.shape
     pool = buffer_pool(dev)
-    info = pool.acquire(max(16, 8 * m))
+    infos: dict[int, Buffer] = {}  # per chunk: (scale bits, non-finite flag) of its rows
     try:
+        for ch in chunks:
+            infos[ch.row0] = pool.acquire(max(16, 8 * ch.rows))
 
         def run(src: Buffer, offset: int, ch: Chunk, start: int, rows: int) -> None:
             texel = c.texel_format(dev, src, "rgba32f") is not None and src.nbytes >= 16
@@ -521,15 +554,17 @@ def _quantize_rows(
             blocks = c.ceil_div(n, BLOCK)
             gx = min(rows, int(dev.info.max_compute_work_group_count[0]))
             qmax = integer_range(bits, True)[1]
-            push = c.pack_u32(n // 4, rows, blocks, offset // 4, start, ch.row0 + start, qmax)
+            push = c.pack_u32(n // 4, rows, blocks, offset // 4, start, start, qmax)
             grid = (gx, c.ceil_div(rows, gx), 1)
-            dev.submitter.run([Dispatch(pipe, (src, ch.buffer, info), push, grid)])
+            dev.submitter.run([Dispatch(pipe, (src, ch.buffer, infos[ch.row0]), push, grid)])
 
         _for_weight_slices(dev, w32, chunks, w_rows, run)
         rowinfo = np.empty((m, 2), dtype=np.uint32)
-        info.read(rowinfo)
+        for ch in chunks:
+            infos[ch.row0].read(rowinfo[ch.row0 : ch.row0 + ch.rows])
     finally:
-        pool.release(info)
+        for buf in infos.values():
+            pool.release(buf)
     if rowinfo[:, 1].any():
         row_range(arr, w32)  # raises the error that names the first NaN or infinity
         rows = np.flatnonzero(rowinfo[:, 1])[:5].tolist()
@@ -579,8 +614,6 @@ def dequantize(qt: QuantizedTensor, *, device: Device | None = None) -> np.ndarr
     else:
         out = c.result_array(dev, (m, n))
     vec = int(n % 4 == 0)
-    scale_buf, zero_buf = qt.scale_tensor.buffer, qt.zero_point_tensor.buffer
-    assert scale_buf is not None and zero_buf is not None
     texel = all(c.texel_format(dev, ch.buffer, "rgba32ui") for ch in qt.chunks)
     pipe = dev.pipeline(
         "dequantize.comp",
@@ -593,16 +626,23 @@ def dequantize(qt: QuantizedTensor, *, device: Device | None = None) -> np.ndarr
     blocks = qt.row_bytes // BLOCK
     signed, per_channel = int(qt.symmetric), int(qt.per_channel)
     # Otherwise a reused device buffer (fresh pages would fault inside the kernel) and a copy.
-    ybuf = direct if direct is not None else pool.acquire(min(m, y_rows) * n * 4)
+    taken: list[Buffer] = []
+
+    def take(nbytes: int) -> Buffer:
+        taken.append(pool.acquire(max(16, nbytes)))
+        return taken[-1]
+
+    ybuf = direct if direct is not None else take(min(m, y_rows) * n * 4)
     try:
-        for ch in qt.chunks:
+        per_chunk = qt.group_buffers(take)
+        for ch, (scale_buf, zero_buf, group0) in zip(qt.chunks, per_chunk, strict=True):
             for start, rows in row_slices(ch.rows, y_rows):
                 steps = []
                 for first, count in row_slices(rows, grid_rows(dev) * quant_rows(dev)):
                     row = ch.row0 + start + first
                     y_row = row if direct is not None else first  # row in ybuf
                     push = c.pack_u32(
-                        n, blocks, count, start + first, row, y_row, per_channel, signed
+                        n, blocks, count, start + first, row - group0, y_row, per_channel, signed
                     )
                     groups = (column_groups(dev, blocks), c.ceil_div(count, quant_rows(dev)), 1)
                     steps.append(
@@ -612,6 +652,6 @@ def dequantize(qt: QuantizedTensor, *, device: Device | None = None) -> np.ndarr
                 if direct is None:
                     ybuf.read(out[ch.row0 + start : ch.row0 + start + rows])
     finally:
-        if direct is None:
-            pool.release(ybuf)
+        for buf in taken:
+            pool.release(buf)
     return out
