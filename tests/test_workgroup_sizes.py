@@ -132,7 +132,7 @@ def test_softmax_with_subgroups_of_4(device):
     if not device.info.is_cpu or device.info.subgroup_size != 8:
         pytest.skip("needs lavapipe with 256-bit vectors")
     if not device.info.driver_info.startswith("Mesa 22"):
-        pytest.skip(f"LP_NATIVE_VECTOR_WIDTH is known to work on Mesa 22 only, not {device.info.driver_info}")
+        pytest.skip(f"LP_NATIVE_VECTOR_WIDTH works on Mesa 22 only: {device.info.driver_info}")
     env = dict(os.environ, LP_NATIVE_VECTOR_WIDTH="128")
     out = subprocess.run(
         [sys.executable, "-c", SUBGROUPS_OF_4], env=env, capture_output=True, text=True, timeout=120

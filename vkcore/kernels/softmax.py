@@ -165,9 +165,7 @@ def _dispatches(
         pipe = _pipeline(device, shader, stage, p, texel)
         for first in range(0, p.rows, max_rows):
             count = min(max_rows, p.rows - first)
-            push = c.pack_u32(
-                p.units, first, p.chunk, nparts or p.nchunks, x_offset, part0
-            )
+            push = c.pack_u32(p.units, first, p.chunk, nparts or p.nchunks, x_offset, part0)
             steps.append(Dispatch(pipe, (x, y, parts), push, (p.nchunks, count, 1)))
     # Stages of one slice depend on each other; order stages outermost so barriers suffice.
     return steps
@@ -201,8 +199,18 @@ def softmax(
     dev = resolve(device)
     last = axis == ndim - 1
     arr = c.as_float32(data if last else np.moveaxis(data, axis, -1))
-    c.check_binding_size(dev, arr.nbytes, "x")  # before anything is allocated
-    if arr.size and _importable(dev, arr):
+    if arr.nbytes > binding_bytes(dev):
+        out = c.result_array(dev, arr.shape)
+        flat_in, flat_out = arr.reshape(-1), out.reshape(-1)
+
+        def load(buf: Buffer, a: int, b: int) -> None:
+            buf.write(flat_in[a:b])
+
+        def store(buf: Buffer, a: int, b: int) -> None:
+            buf.read(flat_out[a:b])
+
+        _softmax_split(dev, arr.size // arr.shape[-1], arr.shape[-1], algorithm, load, store)
+    elif arr.size and _importable(dev, arr):
         out = _softmax_imported(dev, arr, algorithm)
     else:
         out = c.result_array(dev, arr.shape)
@@ -283,7 +291,8 @@ def _softmax_tensor(x: Tensor, algorithm: str) -> Tensor:
     rows = x.size // n if n else 0
     if rows == 0 or n == 0:
         return Tensor.empty(x.shape, np.float32, dev)
-    c.check_binding_size(dev, x.nbytes, "x")
+    if x.nbytes > binding_bytes(dev):
+        return _softmax_tensor_split(x, algorithm)
     p = _cached_plan(dev, rows, n)
     pool = buffer_pool(dev)
     # A leased output buffer goes back to the pool (pages already touched) when the
@@ -296,6 +305,114 @@ def _softmax_tensor(x: Tensor, algorithm: str) -> Tensor:
     finally:
         if p.nchunks > 1:
             pool.release(parts)
+    return y
+
+
+# ------------------------------------------------------------- inputs larger than a binding
+def binding_bytes(device: Device) -> int:
+    """The most bytes one storage-buffer binding may cover on ``device``; larger inputs are
+    split by rows, and rows longer than this into pieces (see :func:`_softmax_split`)."""
+    return int(device.info.max_storage_buffer_range)
+
+
+def _pieces(device: Device, n: int) -> list[tuple[int, int]]:
+    """[start, end) element ranges of a row of ``n``: equal pieces of at most one binding,
+    whole vec4s when the row is (so every piece keeps the vec4 loads)."""
+    most = max(1, binding_bytes(device) // 4)
+    if n % 4 == 0 and most >= 4:
+        most -= most % 4
+    size = c.ceil_div(n, c.ceil_div(n, most))
+    if n % 4 == 0 and most >= 4:
+        size = c.ceil_div(size, 4) * 4
+    return [(a, min(a + size, n)) for a in range(0, n, size)]
+
+
+def _softmax_split(
+    device: Device, rows: int, n: int, algorithm: str, load: Any, store: Any
+) -> None:
+    """Softmax of ``rows`` rows of ``n`` floats too large for one binding, a binding's worth
+    at a time: ``load(buf, a, b)`` puts flat elements [a, b) of x into ``buf``,
+    ``store(buf, a, b)`` takes them from ``buf`` into the result.
+
+    Rows that fit go in groups through the ordinary plan. A longer row is cut into pieces:
+    every piece writes its partial (m, l) states into one array of the row's parts, then
+    each piece is loaded again and written after merging all of them (the same merge as a
+    row split across workgroups; the safe algorithm makes one more pass for its sums).
+    """
+    limit = binding_bytes(device)
+    pool = buffer_pool(device)
+    if n * 4 <= limit:
+        per = max(1, limit // (n * 4))
+        for r0 in range(0, rows, per):
+            count = min(per, rows - r0)
+            _run_pieces(device, algorithm, [(r0 * n, (r0 + count) * n)], count, load, store, pool)
+        return
+    pieces = _pieces(device, n)
+    for row in range(rows):
+        base = row * n
+        spans = [(base + a, base + b) for a, b in pieces]
+        _run_pieces(device, algorithm, spans, 1, load, store, pool)
+
+
+def _run_pieces(
+    device: Device,
+    algorithm: str,
+    spans: list[tuple[int, int]],
+    rows: int,
+    load: Any,
+    store: Any,
+    pool: Any,
+) -> None:
+    """One group of ``rows`` whole rows (one span) or the pieces of one row (many spans)."""
+    most = max(b - a for a, b in spans) * 4
+    plans = [_cached_plan(device, rows, (b - a) // rows) for a, b in spans]
+    # One span: all stages in one submission. Pieces: each stage over every piece in turn.
+    stage_lists: list[list[int] | None] = [None]
+    if len(spans) > 1:
+        stage_lists = [[s] for s in _split_stages(algorithm)]
+    nparts = sum(p.nchunks for p in plans)
+    borrowed: list[Buffer] = []
+    try:
+        x = pool.acquire(most)
+        borrowed.append(x)
+        y = pool.acquire(most)
+        borrowed.append(y)
+        parts = pool.acquire(rows * nparts * 16)
+        borrowed.append(parts)
+        for k, stages in enumerate(stage_lists):
+            last = k == len(stage_lists) - 1
+            part0 = 0
+            for (a, b), p in zip(spans, plans, strict=True):
+                load(x, a, b)
+                steps = _dispatches(
+                    device, p, algorithm, x, y, parts, stages=stages, nparts=nparts, part0=part0
+                )
+                device.submitter.run(steps, read_seconds=False)
+                if last:
+                    store(y, a, b)
+                part0 += p.nchunks
+    finally:
+        for buf in borrowed:
+            pool.release(buf)
+
+
+def _softmax_tensor_split(x: Tensor, algorithm: str) -> Tensor:
+    """Tensor in, Tensor out for a Tensor larger than one binding: pieces are copied on the
+    device into buffers of at most one binding and the results copied back."""
+    dev = x.device
+    y = Tensor.empty(x.shape, np.float32, dev)
+    assert x.buffer is not None and y.buffer is not None
+    src, dst = x.buffer, y.buffer
+
+    def load(buf: Buffer, a: int, b: int) -> None:
+        with dev.lock:
+            dev.submitter._copy(src, a * 4, buf, 0, (b - a) * 4)
+
+    def store(buf: Buffer, a: int, b: int) -> None:
+        with dev.lock:
+            dev.submitter._copy(buf, 0, dst, a * 4, (b - a) * 4)
+
+    _softmax_split(dev, x.size // x.shape[-1], x.shape[-1], algorithm, load, store)
     return y
 
 
