@@ -7,7 +7,17 @@ Semantics, identical for both algorithms and for :func:`vkcore.reference.softmax
 * a NaN or ``+inf`` anywhere in a row makes that whole row NaN, and no other row;
 * zero rows or a zero-length axis give an empty float32 result without a dispatch.
 
-Accuracy against a float64 reference: max abs error <= 1e-6, rows sum to 1 within 1e-5.
+Accuracy against a float64 reference: max abs error <= 1e-6, rows sum to 1 within 1e-5,
+for both algorithms and any order of the input (tests/test_softmax_accuracy.py). The online
+kernel does not rescale its sum each time the maximum grows (each rescale adds one exp's
+error, and an ascending row grows it at every step): it sums exp(x - r) against a reference
+r moved only when a value exceeds it by more than MARGIN (shaders/softmax_online.comp), so
+rescales are rare and each shrinks the older sum, and its errors, by e^-MARGIN or more.
+
+Any workgroup size the device allows works (shaders/workgroup_reduce.glsl). Inputs larger
+than one storage-buffer binding (``device.info.max_storage_buffer_range``) are split by
+rows, and a row longer than a binding into pieces whose partial (m, l) states are merged
+before each piece is written (:func:`_softmax_split`).
 """
 
 from __future__ import annotations
