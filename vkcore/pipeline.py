@@ -26,6 +26,21 @@ _FEEDBACK_VALID = 0x1
 _FEEDBACK_CACHE_HIT = 0x2
 
 
+class _Handle:
+    """A Vulkan handle read from the cffi out-pointer ``_<name>`` the driver writes it
+    into: None while NULL; assigning None forgets it."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = "_" + name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        out = getattr(obj, self.slot)
+        return None if out[0] == obj.device.ffi.NULL else out[0]
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        getattr(obj, self.slot)[0] = obj.device.ffi.NULL if value is None else value
+
+
 class Pipeline:
     """One compute pipeline variant and the layouts it needs; owned by its Device."""
 
@@ -45,7 +60,13 @@ class Pipeline:
         self.texel = dict(texel or {})
         self.push_size = push_size
         self.spec = dict(spec)
-        self.module = self.set_layout = self.layout = self.handle = None
+        # The driver writes each handle straight into these: whatever is interrupted
+        # after a creation call returns, destroy() still finds what it made.
+        ffi = device.ffi
+        self._module = ffi.new("VkShaderModule*")
+        self._set_layout = ffi.new("VkDescriptorSetLayout*")
+        self._layout = ffi.new("VkPipelineLayout*")
+        self._handle = ffi.new("VkPipeline*")
         self.spirv = spirv.get(shader, defines)
         try:
             self._create_module()
@@ -54,6 +75,11 @@ class Pipeline:
         except BaseException:
             self.destroy()
             raise
+
+    module = _Handle()
+    set_layout = _Handle()
+    layout = _Handle()
+    handle = _Handle()
 
     def descriptor_type(self, binding: int) -> int:
         """VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER for texel bindings, else STORAGE_BUFFER."""
@@ -70,11 +96,10 @@ class Pipeline:
             codeSize=len(self.spirv.code),
             pCode=ffi.cast("uint32_t*", words),
         )
-        out = ffi.new("VkShaderModule*")
         vkapi.check(
-            lib.vkCreateShaderModule(dev.handle, info, ffi.NULL, out), "vkCreateShaderModule"
+            lib.vkCreateShaderModule(dev.handle, info, ffi.NULL, self._module),
+            "vkCreateShaderModule",
         )
-        self.module = out[0]
         self.module_seconds = time.perf_counter() - start
 
     def _create_layouts(self) -> None:
@@ -97,12 +122,10 @@ class Pipeline:
         set_info = keep.struct(
             "VkDescriptorSetLayoutCreateInfo", bindingCount=self.buffers, pBindings=bindings
         )
-        out = ffi.new("VkDescriptorSetLayout*")
         vkapi.check(
-            lib.vkCreateDescriptorSetLayout(dev.handle, set_info, ffi.NULL, out),
+            lib.vkCreateDescriptorSetLayout(dev.handle, set_info, ffi.NULL, self._set_layout),
             "vkCreateDescriptorSetLayout",
         )
-        self.set_layout = out[0]
         ranges = ffi.NULL
         if self.push_size:
             ranges = keep.new(
@@ -116,11 +139,10 @@ class Pipeline:
             pushConstantRangeCount=1 if self.push_size else 0,
             pPushConstantRanges=ranges,
         )
-        out2 = ffi.new("VkPipelineLayout*")
         vkapi.check(
-            lib.vkCreatePipelineLayout(dev.handle, info, ffi.NULL, out2), "vkCreatePipelineLayout"
+            lib.vkCreatePipelineLayout(dev.handle, info, ffi.NULL, self._layout),
+            "vkCreatePipelineLayout",
         )
-        self.layout = out2[0]
 
     def _specialization(self, keep: vkapi.Keep) -> Any:
         if not self.spec:
@@ -175,15 +197,15 @@ class Pipeline:
             layout=self.layout,
             basePipelineIndex=-1,
         )
-        out = ffi.new("VkPipeline*")
         start = time.perf_counter()
         with dev.pipeline_cache.creating() as cache_handle:
             vkapi.check(
-                lib.vkCreateComputePipelines(dev.handle, cache_handle, 1, info, ffi.NULL, out),
+                lib.vkCreateComputePipelines(
+                    dev.handle, cache_handle, 1, info, ffi.NULL, self._handle
+                ),
                 "vkCreateComputePipelines",
             )
         self.create_seconds = time.perf_counter() - start
-        self.handle = out[0]
         self.cache_hit: bool | None = None
         self.driver_seconds: float | None = None
         if feedback is not None and feedback.flags & _FEEDBACK_VALID:
@@ -208,15 +230,12 @@ class Pipeline:
         ffi, lib = dev.ffi, dev.lib
         if dev.handle is None:
             return
-        if self.handle is not None:
-            lib.vkDestroyPipeline(dev.handle, self.handle, ffi.NULL)
-            self.handle = None
-        if self.layout is not None:
-            lib.vkDestroyPipelineLayout(dev.handle, self.layout, ffi.NULL)
-            self.layout = None
-        if self.set_layout is not None:
-            lib.vkDestroyDescriptorSetLayout(dev.handle, self.set_layout, ffi.NULL)
-            self.set_layout = None
-        if self.module is not None:
-            lib.vkDestroyShaderModule(dev.handle, self.module, ffi.NULL)
-            self.module = None
+        for out, destroy in (
+            (self._handle, lib.vkDestroyPipeline),
+            (self._layout, lib.vkDestroyPipelineLayout),
+            (self._set_layout, lib.vkDestroyDescriptorSetLayout),
+            (self._module, lib.vkDestroyShaderModule),
+        ):
+            if out[0] != ffi.NULL:
+                destroy(dev.handle, out[0], ffi.NULL)
+                out[0] = ffi.NULL
