@@ -1,3 +1,4 @@
+import logging
 import os
 import subprocess
 import sys
@@ -50,12 +51,15 @@ def test_select_by_index_and_name():
         assert word.lower() in dev.info.name.lower()
 
 
-def test_unknown_device_lists_devices(monkeypatch):
-    monkeypatch.setenv("VKCORE_DEVICE", "no-such-gpu-xyz")
+def test_unknown_device_lists_devices(monkeypatch, caplog):
     with pytest.raises(ValueError, match="no-such-gpu-xyz.*devices are: 0: "):
-        vkcore.Device()
+        vkcore.Device("no-such-gpu-xyz")
     with pytest.raises(ValueError, match="out of range"):
         vkcore.Device(99)
+    monkeypatch.setenv("VKCORE_DEVICE", "no-such-gpu-xyz")  # from the environment: a warning
+    with caplog.at_level(logging.WARNING, logger="vkcore"):
+        vkcore.Device(validation=False).close()
+    assert "no-such-gpu-xyz" in caplog.text and "devices are: 0: " in caplog.text
 
 
 def test_close_is_idempotent_and_blocks_use():

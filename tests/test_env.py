@@ -57,6 +57,12 @@ ODD = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _fresh_warnings():
+    config._warned.clear()  # each test sees its own warnings (they are once per process)
+    yield
+
+
 def test_the_list_covers_every_variable_the_package_names():
     """A new VKCORE_* variable must be added here (and to config.py's table)."""
     names = set()
@@ -80,7 +86,6 @@ def test_flag_spellings(monkeypatch, name, value, expected):
 @pytest.mark.parametrize("value", ["maybe", "2", "-1", "tru", "\u00e9", "1 0"])
 def test_garbage_flag_warns_once_and_is_the_default(monkeypatch, caplog, value):
     monkeypatch.setenv("VKCORE_VALIDATION", value)
-    config._warned.clear()
     with caplog.at_level(logging.WARNING, logger="vkcore"):
         assert config.validation_requested() is False  # "maybe" does not turn it on
         assert config.env_flag("VKCORE_VALIDATION", True) is True

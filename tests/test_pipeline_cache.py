@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import vkcore
-from vkcore import cachefs, reference
+from vkcore import cachefs, config, reference
 from vkcore import pipeline_cache as pc
 from vkcore.cli import main as cli_main
 from vkcore.errors import VulkanError
@@ -419,6 +419,7 @@ def test_file_above_the_cap_is_refused_unread(root, key, driver_blob, offered, c
 @pytest.mark.parametrize("value", ["lots", "0", "-5", "1e9", str(2**64), "12 MiB", "\u0663"])
 def test_bad_cap_setting_warns_and_is_the_default(monkeypatch, caplog, value):
     monkeypatch.setenv(pc.MAX_BYTES_ENV, value)
+    config._warned.clear()  # warned once per process and value: forget earlier tests
     with caplog.at_level(logging.WARNING, logger="vkcore"):
         assert pc.max_bytes() == pc.DEFAULT_MAX_BYTES
     assert pc.MAX_BYTES_ENV in caplog.text
