@@ -14,6 +14,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import vkcore
 from vkcore import reference
@@ -106,6 +108,34 @@ def test_matvec_any_workgroup(device, rng, monkeypatch, size):
     f32.release()
 
 
+@settings(
+    max_examples=int(os.environ.get("VKCORE_PROPERTY_EXAMPLES", "8")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_softmax_any_drawn_workgroup(device, data):
+    """Any size from 1 to the device's maximum, on a drawn shape and ordering."""
+    wg = data.draw(st.integers(1, resolve(device, "max")), label="workgroup")
+    rows = data.draw(st.integers(1, 5), label="rows")
+    n = data.draw(st.sampled_from([1, 2, 7, 64, 999, 4096, 20_001, 70_000]), label="n")
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    x = (rng.standard_normal((rows, n)) * data.draw(st.sampled_from([0.1, 3.0, 30.0]))).astype(
+        np.float32
+    )
+    if data.draw(st.booleans(), label="sorted"):
+        x = np.sort(x, axis=-1)
+    orig = sm.workgroup_size
+    sm.workgroup_size = lambda d: wg  # noqa: ARG005 (hypothesis and monkeypatch do not mix)
+    try:
+        for alg in ("online", "safe"):
+            y = vkcore.softmax(x, algorithm=alg, device=device)
+            np.testing.assert_allclose(y, reference.softmax(x), atol=1e-6, rtol=0)
+            np.testing.assert_allclose(y.sum(-1, dtype=np.float64), 1.0, atol=1e-5)
+    finally:
+        sm.workgroup_size = orig
+
+
 SUBGROUPS_OF_4 = """
 import numpy as np, vkcore
 from vkcore import reference
@@ -120,6 +150,20 @@ for wg in (1, 3, 4, 6, 13, 100):
         y = vkcore.softmax(x, algorithm=alg, device=dev)
         assert np.abs(y - reference.softmax(x)).max() <= 1e-6, (wg, alg)
         assert np.abs(y.sum(-1, dtype=np.float64) - 1).max() <= 1e-5, (wg, alg)
+from vkcore.kernels import matvec as mv
+from vkcore.kernels import quant
+w = (rng.standard_normal((37, 600)) * 0.1).astype(np.float32)
+v = rng.standard_normal(600).astype(np.float32)
+q, s, z = reference.quantize(w, 8, True, True)
+for wg in (3, 6, 13):
+    quant._row_workgroup = mv.workgroup_size = lambda d, wg=wg: wg
+    mv.ACT_WORKGROUP = wg
+    qt = vkcore.quantize(w, device=dev)
+    assert np.array_equal(qt.q, q), wg
+    for act in ("int8", "uint8"):
+        got = vkcore.matvec(qt, v, activations=act)
+        assert np.array_equal(got, reference.matvec(q, s, z, v, activations=act)), (wg, act)
+    qt.release()
 assert dev.validation_messages == [], dev.validation_messages
 dev.close()
 print("ok")
