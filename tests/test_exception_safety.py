@@ -380,3 +380,23 @@ def test_first_call_on_a_fresh_device_interrupted_in_the_driver(rng, exc):
         finally:
             dev.close()
         assert dev.validation_messages == [], (name, dev.validation_messages)
+
+
+def test_resubmit_interrupted_before_the_fence_reset(device, rng):
+    """The bench's resubmission loop cut short after a submit: the next kernel call
+    must not submit with the fence still signalled (a validation error) and is right."""
+    x = rng.standard_normal((4, 256)).astype(np.float32)
+    vkcore.softmax(x, device=device)  # pooled buffers: a recording is kept
+    real = device.lib
+    proxy = FailOnce(real, "vkWaitForFences", KeyboardInterrupt)
+    device.lib = proxy
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            device.submitter.resubmit_seconds(3)
+    finally:
+        device.lib = real
+    assert proxy.fired
+    assert np.abs(vkcore.softmax(x, device=device) - reference.softmax(x)).max() <= 1e-6
+    w = weights(rng)
+    qt = make_qt(device, w, 8, True, True)
+    assert np.array_equal(qt.q, reference.quantize(w, 8, True, True)[0])

@@ -227,8 +227,11 @@ class Submitter:
                 )
             rec = next(reversed(self._recorded.values()))
             out = []
+            if self._in_flight:
+                self._settle()
             for _ in range(repeats):
                 start = time.perf_counter()
+                self._in_flight = True  # until reset: a later submission settles it first
                 vkapi.check(
                     lib.vkQueueSubmit(dev.queue, 1, rec.submit, self.fence), "vkQueueSubmit"
                 )
@@ -236,6 +239,7 @@ class Submitter:
                     lib.vkWaitForFences(dev.handle, 1, self._fences, 1, 10**10), "vkWaitForFences"
                 )
                 vkapi.check(lib.vkResetFences(dev.handle, 1, self._fences), "vkResetFences")
+                self._in_flight = False
                 out.append(time.perf_counter() - start)
             return out
 
