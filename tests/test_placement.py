@@ -1,0 +1,102 @@
+"""Memory placement (vkcore.placement) on the recorded memory properties of real devices."""
+
+import pytest
+
+from devices import NAMES, load, memory
+from vkcore import placement as P
+
+DISCRETE = [n for n in NAMES if load(n).get("device_type") == "DISCRETE_GPU"]
+UNIFIED = [n for n in NAMES if load(n).get("device_type") in ("INTEGRATED_GPU", "CPU")]
+
+
+def test_the_recorded_devices_cover_the_kinds_that_matter():
+    assert len(NAMES) >= 4
+    assert DISCRETE and UNIFIED
+    assert any("VK_KHR_portability_subset" in load(n)["device_extensions"] for n in NAMES)
+    for name in NAMES:
+        assert load(name)["source"], f"{name} must name the report it came from"
+
+
+def _type(record, index):
+    return memory(record)[0][index]
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("purpose", P.PURPOSES)
+def test_every_choice_is_legal_for_its_purpose(name, purpose):
+    record = load(name)
+    types, heaps = memory(record)
+    placement = P.place(types, heaps, purpose)
+    indices = [c.type_index for c in placement.choices]
+    assert len(indices) == len(set(indices)), "a type is offered twice"
+    for c in placement.choices:
+        t = types[c.type_index]
+        assert 0 <= t.heap_index < len(heaps)
+        assert not c.mapped or t.flags & P.HOST_VISIBLE, "only host-visible memory is mapped"
+        assert c.coherent == bool(t.flags & P.HOST_COHERENT)
+        assert not t.flags & (P.LAZILY_ALLOCATED | P.PROTECTED | P.DEVICE_UNCACHED_AMD)
+        if purpose != "resident":
+            assert c.mapped and t.flags & P.HOST_VISIBLE
+    if purpose == "resident":
+        assert types[placement.preferred.type_index].flags & P.DEVICE_LOCAL
+
+
+@pytest.mark.parametrize("name", DISCRETE)
+def test_discrete_gpu_without_rebar_keeps_weights_out_of_the_bar_window(name):
+    types, heaps = memory(load(name))
+    small = [
+        i for i, h in enumerate(heaps) if h.flags & P.HEAP_DEVICE_LOCAL and h.size <= 256 << 20
+    ]
+    assert small, "this recording has the small mappable device-local heap"
+    assert not P.maps_device_memory(types, heaps)
+    resident = P.place(types, heaps, "resident").preferred
+    assert not resident.mapped
+    assert types[resident.type_index].heap_index not in small
+    assert heaps[types[resident.type_index].heap_index].size == P.main_heap_size(types, heaps)
+    readback = types[P.place(types, heaps, "readback").preferred.type_index]
+    assert readback.flags & P.HOST_CACHED, "results are read from cached memory"
+    upload = types[P.place(types, heaps, "upload").preferred.type_index]
+    assert not upload.flags & P.DEVICE_LOCAL, "staging uses host memory, not the BAR window"
+    params = types[P.place(types, heaps, "params").preferred.type_index]
+    assert params.heap_index in small, "small per-call parameters may live in the BAR window"
+
+
+@pytest.mark.parametrize("name", UNIFIED)
+def test_unified_memory_is_mapped_directly(name):
+    types, heaps = memory(load(name))
+    assert P.maps_device_memory(types, heaps)
+    resident = P.place(types, heaps, "resident").preferred
+    assert resident.mapped and types[resident.type_index].flags & P.DEVICE_LOCAL
+    staged = P.place(types, heaps, "resident", force_staging=True).preferred
+    assert not staged.mapped
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_type_bits_are_respected_and_an_impossible_request_is_an_error(name):
+    types, heaps = memory(load(name))
+    for i, t in enumerate(types):
+        if t.flags & P.HOST_VISIBLE and P._ordinary(t):
+            only = P.place(types, heaps, "upload", type_bits=1 << i)
+            assert [c.type_index for c in only.choices] == [i]
+    with pytest.raises(ValueError, match="no memory type"):
+        P.place(types, heaps, "readback", type_bits=0)
+
+
+def test_resizable_bar_counts_as_main_memory():
+    """A mappable device-local heap about as large as VRAM (ReBAR) is mapped directly."""
+    heaps = [P.MemoryHeap(24 << 30, P.HEAP_DEVICE_LOCAL), P.MemoryHeap(32 << 30, 0)]
+    types = [
+        P.MemoryType(0, P.DEVICE_LOCAL, 0),
+        P.MemoryType(1, P.HOST_VISIBLE | P.HOST_COHERENT, 1),
+        P.MemoryType(2, P.DEVICE_LOCAL | P.HOST_VISIBLE | P.HOST_COHERENT, 0),
+    ]
+    assert P.maps_device_memory(types, heaps)
+    assert P.place(types, heaps, "resident").preferred == P.Choice(2, True, True)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="purpose"):
+        P.place([], [], "weights")
+    with pytest.raises(ValueError, match="flag"):
+        P.flags_of(["DEVICE_LOCAL", "SHINY"])
+    assert P.flags_of(["VK_MEMORY_PROPERTY_HOST_CACHED_BIT"]) == P.HOST_CACHED
