@@ -1,8 +1,8 @@
 """Memory placement (vkcore.placement) on the recorded memory properties of real devices."""
 
 import pytest
-
 from devices import NAMES, load, memory
+
 from vkcore import placement as P
 
 DISCRETE = [n for n in NAMES if load(n).get("device_type") == "DISCRETE_GPU"]
