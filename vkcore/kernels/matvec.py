@@ -133,7 +133,7 @@ class F32Matrix(ScratchOwner):
         self.device = dev
         self.shape = (m, n)
         self.row_floats = c.ceil_div(n, BLOCK) * BLOCK
-        per_buffer = rows_per_buffer(dev, 4 * self.row_floats, "float32 weights")
+        per_buffer = rows_per_buffer(dev, 4 * self.row_floats, "one row of w (padded float32)")
         self.scratch: dict[str, Buffer] = {}
         self.chunks: list[Chunk] = []
         padded = np.zeros((min(m, per_buffer), self.row_floats), dtype=np.float32)

@@ -310,12 +310,14 @@ def device_params(scale: np.ndarray, zero_point: np.ndarray) -> np.ndarray:
 
 # --------------------------------------------------------------------------- layout
 def rows_per_buffer(device: Device, row_bytes: int, what: str) -> int:
+    """Rows of ``row_bytes`` one binding holds; a row longer than a binding (rows are
+    never split by columns) is a ValueError naming ``what`` (the argument's row)."""
     limit = binding_limit(device)
     rows = limit // row_bytes
     if rows == 0:
         raise ValueError(
-            f"one row of {what} needs {row_bytes} bytes, more than this device's storage-buffer "
-            f"binding limit ({limit} bytes); split the matrix by columns"
+            f"{what} needs {row_bytes} bytes, more than this device's storage-buffer "
+            f"binding limit (maxStorageBufferRange: {limit} bytes); split the matrix by columns"
         )
     return rows
 
@@ -365,8 +367,8 @@ def quantize(
     arr, w32 = weight_array(w)
     m, n = w32.shape
     row_bytes = c.ceil_div(n, BLOCK) * BLOCK
-    q_rows = rows_per_buffer(dev, row_bytes, "quantized weights")
-    w_rows = min(q_rows, rows_per_buffer(dev, 4 * n, "float32 weights"))
+    q_rows = rows_per_buffer(dev, row_bytes, "one row of w quantized")
+    w_rows = min(q_rows, rows_per_buffer(dev, 4 * n, "one row of w as float32"))
     pool = buffer_pool(dev)
     chunks: list[Chunk] = []
     made: list[Tensor] = []  # scale and zero point: freed with the chunks on any failure
@@ -602,7 +604,7 @@ def dequantize(qt: QuantizedTensor, *, device: Device | None = None) -> np.ndarr
         raise ValueError("device must be the QuantizedTensor's own device (or None)")
     dev = qt.device
     m, n = qt.shape
-    y_rows = rows_per_buffer(dev, 4 * n, "dequantized weights")
+    y_rows = rows_per_buffer(dev, 4 * n, "one row of the result of dequantize(qt)")
     pool = buffer_pool(dev)
     # Where the whole result, rounded up to whole pages, fits one binding: the result
     # array's own pages, imported, written in place by the kernel.
