@@ -100,11 +100,61 @@ def test_asarray_edge_inputs(device):
     assert vkcore.asarray(t, device=device) is t
     np.testing.assert_array_equal(t.reshape(2, 3).numpy(), np.arange(6).reshape(2, 3))
     with pytest.raises(TypeError, match="dtype"):
-        vkcore.asarray(np.zeros(3, np.float64), device=device)
-    with pytest.raises(TypeError, match="dtype"):
         vkcore.asarray(np.array(["a"]), device=device)
     with pytest.raises(TypeError):
         vkcore.asarray(None, device=device)
+
+
+def test_asarray_float64_follows_the_kernels_rule(device, rng):
+    """float64 (arrays, Python floats, lists, byte-swapped) is stored as float32, as every
+    kernel converts it; a Tensor made from it gives the kernel's result bit for bit."""
+    x64 = rng.standard_normal((5, 300)) * 30
+    for data in (x64, x64.tolist(), x64.astype(">f8"), x64[:, ::-2], 2.5, [1.0, 2.0]):
+        t = vkcore.asarray(data, device=device)
+        want = np.asarray(data, dtype=np.float64).astype(np.float32)
+        assert t.dtype == np.float32 and t.shape == want.shape
+        np.testing.assert_array_equal(t.numpy(), want)
+    from_tensor = vkcore.softmax(vkcore.asarray(x64, device=device)).numpy()
+    np.testing.assert_array_equal(from_tensor, vkcore.softmax(x64, device=device))
+    for bad, match in (
+        (np.zeros(3, np.int64), "int64"),  # Python ints: pass dtype=np.int32
+        ([1, 2], "int64"),
+        (np.zeros(3, np.complex128), "complex128"),
+        (np.zeros(3, np.longdouble), "float128|longdouble"),
+        ([[1.0], [2.0, 3.0]], "array-like"),
+    ):
+        with pytest.raises(TypeError, match=match):
+            vkcore.asarray(bad, device=device)
+    with pytest.raises(TypeError, match="float64"):
+        vkcore.asarray(x64, device=device, dtype=np.float64)  # asked for, not converted
+    assert vkcore.asarray([1, 2], device=device, dtype=np.int32).dtype == np.int32
+
+
+@pytest.mark.parametrize(
+    ("selector", "error", "match"),
+    [
+        (True, TypeError, "selector.*bool"),
+        (False, TypeError, "selector.*bool"),
+        (1.0, TypeError, "selector.*float"),
+        (0.5, TypeError, "selector.*float"),
+        (b"llvmpipe", TypeError, "selector.*bytes"),
+        ([0], TypeError, "selector.*list"),
+        (-1, ValueError, "selector.*0 or more"),
+        (np.int64(-2), ValueError, "selector.*0 or more"),
+        (10**6, ValueError, "out of range"),
+        ("", ValueError, "selector"),
+        ("   ", ValueError, "selector"),
+        ("no-such-gpu-xyz", ValueError, "matches no device"),
+    ],
+)
+def test_bad_selectors_say_what_is_wrong(selector, error, match):
+    with pytest.raises(error, match=match):
+        vkcore.Device(selector, pipeline_cache=False)
+
+
+def test_numpy_integer_selector():
+    with vkcore.Device(np.int64(0), pipeline_cache=False) as dev:
+        assert dev.info.index == 0
 
 
 def test_staging_path_roundtrip_and_kernel(monkeypatch, rng):

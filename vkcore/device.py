@@ -3,7 +3,15 @@
 Ownership and destruction order (``Device.close``): wait for the queue to be idle, then
 command resources, pipelines, descriptor pool, live buffers, the pipeline cache (saved
 first), the command pool, the VkDevice and finally the instance with its messenger.
-Garbage collection only calls ``close`` as a fallback.
+Garbage collection only calls ``close`` as a fallback: per-device state other modules
+keep (:func:`per_device_map`) lives on the device itself, so it never keeps a dropped
+device alive, and the device records the raw handles of every live buffer, so it can
+free them even when the collector has already cleared its weak references to them.
+
+Vulkan objects do not survive ``os.fork()``: in a child process every inherited Device is
+marked as belonging to the parent; the child never calls Vulkan on it (not even to
+destroy it), a kernel call on it raises RuntimeError, and the default device is created
+anew on first use.
 """
 
 from __future__ import annotations
@@ -11,11 +19,13 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import operator
+import os
 import signal
 import threading
 import weakref
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import config, vkapi
 from .errors import VulkanError
@@ -33,10 +43,102 @@ log = logging.getLogger("vkcore")
 _MAX_SETS = 1024
 
 
-# Per-device state other modules keep (buffer pools, placeholder buffers, memoized plans
-# and pipelines). Their values refer back to the device, so a plain WeakKeyDictionary
-# would keep every device alive forever; Device.close drops the entries instead.
-_per_device_maps: list[weakref.WeakKeyDictionary[Any, Any]] = []
+_MISSING = object()
+
+
+class PerDeviceMap(weakref.WeakKeyDictionary[Any, Any]):
+    """A ``{Device: state}`` mapping whose entries are stored on the devices themselves.
+
+    Per-device state (buffer pools, placeholder buffers, memoized pipelines) refers back
+    to its device. Held in a module-level table, it would keep every device alive; stored
+    on the device (``Device._state``), it forms a cycle the garbage collector frees with
+    the device, and ``Device.close`` drops it. A WeakKeyDictionary subclass only so that
+    callers' annotations hold: none of its own storage is used.
+    """
+
+    def __init__(self) -> None:  # noqa: D107 - no WeakKeyDictionary storage on purpose
+        self._devices: weakref.WeakSet[Device] = weakref.WeakSet()
+
+    @staticmethod
+    def _table(device: Any) -> dict[PerDeviceMap, Any]:
+        if not isinstance(device, Device):
+            raise TypeError(f"per-device state is keyed by a Device, got {type(device).__name__}")
+        return device._state
+
+    def __hash__(self) -> int:  # tables on devices are keyed by the map's identity
+        return id(self)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __getitem__(self, device: Any) -> Any:
+        value = self._table(device).get(self, _MISSING)
+        if value is _MISSING:
+            raise KeyError(device)
+        return value
+
+    def __setitem__(self, device: Any, value: Any) -> None:
+        self._table(device)[self] = value
+        self._devices.add(device)
+
+    def __delitem__(self, device: Any) -> None:
+        del self._table(device)[self]
+
+    def __contains__(self, device: object) -> bool:
+        return isinstance(device, Device) and self in device._state
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter([d for d in list(self._devices) if self in d._state])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def get(self, device: Any, default: Any = None) -> Any:
+        return self._table(device).get(self, default) if isinstance(device, Device) else default
+
+    def setdefault(self, device: Any, default: Any = None) -> Any:
+        table = self._table(device)
+        if self not in table:
+            self[device] = default
+        return table[self]
+
+    def pop(self, device: Any, *default: Any) -> Any:
+        if isinstance(device, Device) and self in device._state:
+            return device._state.pop(self)
+        if default:
+            return default[0]
+        raise KeyError(device)
+
+    def keys(self) -> Iterator[Any]:  # type: ignore[override]
+        return iter(self)
+
+    def values(self) -> Iterator[Any]:  # type: ignore[override]
+        return (d._state[self] for d in self)
+
+    def items(self) -> Iterator[tuple[Any, Any]]:  # type: ignore[override]
+        return ((d, d._state[self]) for d in self)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for device, value in dict(*args, **kwargs).items():
+            self[device] = value
+
+    def popitem(self) -> tuple[Any, Any]:
+        for device in self:
+            return device, device._state.pop(self)
+        raise KeyError("popitem(): no device has state in this map")
+
+    def clear(self) -> None:
+        for device in self:
+            device._state.pop(self, None)
+
+    def copy(self) -> dict[Any, Any]:  # type: ignore[override]
+        return dict(self.items())
+
+    def keyrefs(self) -> list[weakref.ref[Any]]:
+        return [weakref.ref(d) for d in self]
+
+    def __repr__(self) -> str:
+        return f"<vkcore.device.PerDeviceMap of {len(self)} devices>"
 
 
 @contextlib.contextmanager
@@ -63,10 +165,17 @@ def _ctrl_c_deferred() -> Iterator[None]:
 
 
 def per_device_map() -> weakref.WeakKeyDictionary[Any, Any]:
-    """A ``{Device: state}`` map whose entry for a device is dropped when it closes."""
-    mapping: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-    _per_device_maps.append(mapping)
-    return mapping
+    """A ``{Device: state}`` map (:class:`PerDeviceMap`): the state is stored on the device,
+    dropped when it closes and collected with it; it never keeps a device alive."""
+    return PerDeviceMap()
+
+
+class _BufferHandles(NamedTuple):
+    """The Vulkan objects of one live buffer, as the device recorded them."""
+
+    handle: Any
+    memory: Any
+    views: dict[str, Any]
 
 
 def devices() -> list[DeviceInfo]:
@@ -99,11 +208,15 @@ class Device:
         pipeline_cache: bool | None = None,
         cache_dir: str | None = None,
     ) -> None:
+        selector = check_selector(selector)
         self.ffi, self.lib = vkapi.api()
         self.lock = threading.RLock()
         self.handle: Any = None
         self._closed = False
+        self._inherited = False  # set in a forked child: the objects are the parent's
+        self._state: dict[PerDeviceMap, Any] = {}
         self._buffers: dict[int, weakref.ref[Buffer]] = {}
+        self._buffer_handles: dict[int, _BufferHandles] = {}
         self._pipelines: dict[tuple[Any, ...], Pipeline] = {}
         self.instance = Instance(
             config.validation_requested() if validation is None else validation
@@ -265,8 +378,18 @@ class Device:
     def check(self) -> None:
         """Raise if the device is closed or the validation layer reported an error."""
         if self._closed:
-            raise RuntimeError("this vkcore.Device is closed")
+            raise RuntimeError(self.closed_reason())
         self.instance.check()
+
+    def closed_reason(self) -> str:
+        """Why this device cannot be used (for error messages)."""
+        if self._inherited:
+            return (
+                "this vkcore.Device belongs to the parent process: Vulkan objects do not "
+                "survive os.fork(); create a new Device in the child (or use the "
+                "multiprocessing 'spawn' start method)"
+            )
+        return "this vkcore.Device is closed"
 
     @property
     def validation_messages(self) -> list[str]:
@@ -354,10 +477,17 @@ class Device:
             }
 
     def register_buffer(self, buffer: Buffer) -> None:
-        self._buffers[id(buffer)] = weakref.ref(buffer)
+        """Record a live buffer and its Vulkan objects (``buffer._views`` becomes the dict
+        its texel views are added to), so close can free them whatever else is gone."""
+        if buffer._views is None:
+            buffer._views = {}
+        key = id(buffer)
+        self._buffers[key] = weakref.ref(buffer)
+        self._buffer_handles[key] = _BufferHandles(buffer.handle, buffer.memory, buffer._views)
 
     def forget_buffer(self, buffer: Buffer) -> None:
         self._buffers.pop(id(buffer), None)
+        self._buffer_handles.pop(id(buffer), None)
         self.submitter.forget_buffer(buffer)
 
     def wait_idle(self) -> None:
@@ -386,8 +516,7 @@ class Device:
                 self.lib.vkDeviceWaitIdle(self.handle)
             finally:
                 self._destroy_partial()
-            for mapping in _per_device_maps:
-                mapping.pop(self, None)
+            self._state.clear()  # pools, placeholders, memoized pipelines go with the device
             global _default
             with _default_lock:
                 if _default is self:
@@ -403,11 +532,7 @@ class Device:
             for pipe in self._pipelines.values():
                 pipe.destroy()
             self._pipelines.clear()
-            for ref in list(self._buffers.values()):
-                buf = ref()
-                if buf is not None:
-                    buf.destroy()
-            self._buffers.clear()
+            self._destroy_buffers()
             if hasattr(self, "pipeline_cache"):
                 try:
                     self.pipeline_cache.close()
@@ -422,6 +547,47 @@ class Device:
             lib.vkDestroyDevice(self.handle, ffi.NULL)
             self.handle = None
         self.instance.destroy()
+
+    def _destroy_buffers(self) -> None:
+        """Destroy every live buffer. One the collector is finalizing has lost its weak
+        reference already (cleared before finalizers run): its recorded handles are freed
+        here, and its own destroy() later finds the VkDevice gone and calls nothing."""
+        ffi, lib = self.ffi, self.lib
+        for key, ref in list(self._buffers.items()):
+            buf = ref()
+            if buf is not None:
+                buf.destroy()
+                continue
+            rec = self._buffer_handles.get(key)
+            if rec is None:
+                continue
+            for view in rec.views.values():
+                lib.vkDestroyBufferView(self.handle, view, ffi.NULL)
+            rec.views.clear()
+            if rec.memory is not None:
+                lib.vkFreeMemory(self.handle, rec.memory, ffi.NULL)
+            lib.vkDestroyBuffer(self.handle, rec.handle, ffi.NULL)
+        self._buffers.clear()
+        self._buffer_handles.clear()
+
+    def _abandon(self) -> None:
+        """In a forked child: forget every Vulkan object (they are the parent's) without
+        calling Vulkan, so that close, finalizers and exit never touch them."""
+        self._inherited = True
+        self._closed = True
+        self.lock = threading.RLock()  # a parent thread may have held it at the fork
+        for ref in list(self._buffers.values()):
+            buf = ref()
+            if buf is not None:
+                buf._abandon()
+        self._buffers.clear()
+        self._buffer_handles.clear()
+        for pipe in self._pipelines.values():
+            pipe.module = pipe.set_layout = pipe.layout = pipe.handle = None
+        self._pipelines.clear()
+        self._state.clear()
+        self.handle = None
+        self.instance.handle = self.instance.messenger = None
 
     def __del__(self) -> None:
         # Fallback only: close() explicitly or use ``with``.
@@ -445,6 +611,24 @@ def default_device() -> Device:
         return _default
 
 
+def check_selector(selector: object) -> str | int | None:
+    """``selector`` as given if it can name a device (an index >= 0 or a name substring),
+    else TypeError/ValueError naming the argument and what it accepts."""
+    if selector is None or isinstance(selector, str):
+        if isinstance(selector, str) and not selector.strip():
+            raise ValueError("selector must be a device index or a name substring, got ''")
+        return selector
+    if isinstance(selector, bool) or not hasattr(selector, "__index__"):
+        raise TypeError(
+            "selector must be a device index (int) or a name substring (str), "
+            f"got {type(selector).__name__} {selector!r}"
+        )
+    index = operator.index(selector)
+    if index < 0:
+        raise ValueError(f"selector: device index must be 0 or more, got {index}")
+    return index
+
+
 def resolve(device: Device | None) -> Device:
     """``device`` itself, or the default device."""
     if device is None:
@@ -462,8 +646,50 @@ _open_devices: weakref.WeakSet[Device] = weakref.WeakSet()
 
 @atexit.register
 def _close_open_devices() -> None:
-    for dev in list(_open_devices):
+    for dev in list(_open_devices):  # (none in a forked child: see _after_fork)
         try:
             dev.close()
         except Exception as exc:  # noqa: BLE001 - keep closing the others
             log.warning("closing %r at exit failed: %s", dev, exc)
+
+
+def _after_fork_in_child() -> None:
+    """Abandon the parent's devices: their Vulkan objects are not valid in this process."""
+    global _default, _default_lock
+    _default_lock = threading.Lock()  # a parent thread may have held it at the fork
+    _default = None
+    inherited = list(_open_devices)
+    for dev in inherited:
+        try:
+            dev._abandon()
+        except Exception:  # noqa: BLE001 - a half-built device: still never touch it
+            dev._closed = dev._inherited = True
+    _open_devices.clear()
+    if inherited:
+        _skip_parent_exit_handlers()
+
+
+def _skip_parent_exit_handlers() -> None:
+    """End this forked child with ``_exit(status)`` once Python has finalized, before the
+    C exit handlers registered in the parent run.
+
+    Drivers register such handlers to join their worker threads (Mesa's util_queue does,
+    lavapipe included); in a child those threads exist only in the parent, and the join
+    crashes (SIGSEGV) or hangs. Python's own shutdown (atexit functions, finalizers,
+    flushing sys.stdout) has already happened by then, and glibc's ``on_exit`` handlers
+    receive the exit status, so the status is kept. Elsewhere (no glibc) nothing changes.
+    """
+    try:
+        import cffi
+
+        ffi = cffi.FFI()
+        ffi.cdef("int on_exit(void (*)(int, void *), void *); void _exit(int);")
+        libc = ffi.dlopen(None)
+        handler = ffi.cast("void (*)(int, void *)", ffi.addressof(libc, "_exit"))
+        libc.on_exit(handler, ffi.NULL)  # _exit(status, arg): the extra argument is ignored
+    except Exception:  # noqa: BLE001 - no cffi or no on_exit: keep the default exit
+        log.debug("no on_exit(): a forked child keeps the C exit handlers it inherited")
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

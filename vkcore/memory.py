@@ -9,6 +9,7 @@ device's submitter. ``VKCORE_FORCE_STAGING=1`` forces the second path for testin
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 import threading
 import weakref
@@ -49,14 +50,45 @@ def _check_allocation(device: Device, nbytes: int, name: str) -> None:
 _USAGE = 0x20 | 0x4  # VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | UNIFORM_TEXEL_BUFFER_BIT
 
 
+class MappedBytes:
+    """Byte access to a buffer's mapped memory that never hands out a view of it.
+
+    Indexing returns a copy and assignment writes through, both under the buffer's lock
+    and only while it is alive: no numpy array can outlive the mapping (a view kept past
+    ``destroy`` would read freed memory or crash).
+    """
+
+    def __init__(self, buffer: Buffer) -> None:
+        self._buffer = buffer
+
+    def __len__(self) -> int:
+        return self._buffer.nbytes
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        buf = self._buffer
+        with buf._lock:
+            buf._require_alive()
+            assert buf._mapped is not None
+            return np.array(buf._mapped[index], copy=True)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        buf = self._buffer
+        with buf._lock:
+            buf._require_alive()
+            assert buf._mapped is not None
+            buf._mapped[index] = value
+
+
 class Buffer:
     """One VkBuffer bound to its own VkDeviceMemory (storage + transfer usage).
 
     ``view(format)`` gives a VkBufferView over the whole buffer for texel-buffer reads;
-    views are created once and destroyed with the buffer.
+    views are created once and destroyed with the buffer. ``read``/``write`` copy between
+    numpy arrays and the buffer; the mapping itself is never handed out as an array.
     """
 
     _views: dict[str, Any] | None = None
+    _mapped: np.ndarray | None = None  # the mapping; never leaves this class
 
     # True for long-lived buffers (pooled, placeholders): the submitter may keep a recorded
     # command buffer that references them, dropped when the buffer is destroyed.
@@ -72,7 +104,6 @@ class Buffer:
         self.nbytes = nbytes
         self.handle: Any = None
         self.memory: Any = None
-        self.mapped: np.ndarray | None = None
         self._lock = threading.Lock()
         keep = vkapi.Keep()
         usage = _USAGE | vkapi.flag("VK_BUFFER_USAGE_TRANSFER_SRC_BIT")
@@ -117,11 +148,17 @@ class Buffer:
             vkapi.check(
                 lib.vkMapMemory(dev.handle, self.memory, 0, self.nbytes, 0, ptr), "vkMapMemory"
             )
-            self.mapped = np.frombuffer(ffi.buffer(ptr[0], self.nbytes), dtype=np.uint8)
+            self._mapped = np.frombuffer(ffi.buffer(ptr[0], self.nbytes), dtype=np.uint8)
 
     @property
     def alive(self) -> bool:
         return self.handle is not None
+
+    @property
+    def mapped(self) -> MappedBytes | None:
+        """Copying byte access to the mapped memory, or None when the buffer is not
+        mapped (device-local memory reached through the staging buffer)."""
+        return MappedBytes(self) if self._mapped is not None else None
 
     def view(self, fmt: str) -> Any:
         """A VkBufferView of the whole buffer in texel format ``fmt`` (see TEXEL_FORMATS)."""
@@ -157,8 +194,11 @@ class Buffer:
         self._views = None
 
     def write(self, data: np.ndarray, offset: int = 0) -> None:
-        """Copy a C-contiguous array into the buffer at ``offset`` bytes."""
-        raw = data.reshape(-1).view(np.uint8)
+        """Copy an array's bytes (in C order) into the buffer at ``offset`` bytes."""
+        if not isinstance(data, np.ndarray):
+            raise TypeError(f"data must be a numpy array, got {type(data).__name__}")
+        self._check_range(data.nbytes, offset, "data")
+        raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
         if self._copy_mapped(raw, offset, into_buffer=True):
             return
         with self.device.lock:  # no destroy between the check and the copy
@@ -166,13 +206,36 @@ class Buffer:
             self.device.submitter.upload(self, raw, offset)
 
     def read(self, out: np.ndarray, offset: int = 0) -> None:
-        """Copy ``out.nbytes`` bytes from ``offset`` into the C-contiguous array ``out``."""
+        """Fill the array ``out`` (in C order) with ``out.nbytes`` bytes from ``offset``.
+
+        A non-contiguous ``out`` is filled through a contiguous copy: reshaping it would
+        copy, and the data would land in the copy instead of ``out``.
+        """
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"out must be a numpy array, got {type(out).__name__}")
+        if not out.flags.writeable:
+            raise ValueError("out must be a writable numpy array")
+        self._check_range(out.nbytes, offset, "out")
+        if not out.flags.c_contiguous:
+            tmp = np.empty(out.shape, out.dtype)
+            self.read(tmp, offset)
+            out[...] = tmp
+            return
         raw = out.reshape(-1).view(np.uint8)
         if self._copy_mapped(raw, offset, into_buffer=False):
             return
         with self.device.lock:
             self._require_alive()
             self.device.submitter.download(self, raw, offset)
+
+    def _check_range(self, nbytes: int, offset: int, name: str) -> None:
+        if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
+            raise TypeError(f"offset must be an int, got {type(offset).__name__}")
+        if offset < 0 or offset + nbytes > self.nbytes:
+            raise ValueError(
+                f"{name} ({nbytes} bytes at offset {offset}) does not fit this "
+                f"{self.nbytes}-byte buffer"
+            )
 
     def _copy_mapped(self, raw: np.ndarray, offset: int, *, into_buffer: bool) -> bool:
         """Copy through the mapping (False when the buffer is not mapped).
@@ -182,17 +245,26 @@ class Buffer:
         """
         with self._lock:
             self._require_alive()
-            if self.mapped is None:
+            if self._mapped is None:
                 return False
             if into_buffer:
-                self.mapped[offset : offset + raw.size] = raw
+                self._mapped[offset : offset + raw.size] = raw
             else:
-                raw[...] = self.mapped[offset : offset + raw.size]
+                raw[...] = self._mapped[offset : offset + raw.size]
             return True
 
     def _require_alive(self) -> None:
         if self.handle is None:
-            raise RuntimeError("this vkcore buffer was released (its device is closed)")
+            dev = self.device
+            if dev.closed:
+                raise RuntimeError(f"this vkcore buffer was released: {dev.closed_reason()}")
+            raise RuntimeError("this vkcore buffer was released (destroyed); its device is open")
+
+    def _abandon(self) -> None:
+        """Forget the Vulkan objects without destroying them (a forked child's copy)."""
+        self.handle = self.memory = None
+        self._mapped = None
+        self._views = None
 
     def destroy(self) -> None:
         """Release the buffer and its memory; idempotent."""
@@ -207,13 +279,15 @@ class Buffer:
             ffi, lib = dev.ffi, dev.lib
             dev.forget_buffer(self)
             if dev.handle is not None:
-                self.mapped = None
+                self._mapped = None
                 self._destroy_views()
                 if self.memory is not None:
                     lib.vkFreeMemory(dev.handle, self.memory, ffi.NULL)
                 lib.vkDestroyBuffer(dev.handle, self.handle, ffi.NULL)
             self.handle = None
             self.memory = None
+            self._mapped = None  # (already freed with its device if that closed first)
+            self._views = None
 
     def __del__(self) -> None:
         try:
@@ -329,6 +403,13 @@ def _check_dtype(dt: np.dtype, name: str) -> np.dtype:
 def asarray(data: ArrayLike | Tensor, device: Device | None = None, dtype: Any = None) -> Tensor:
     """Upload an array to ``device`` (default device if None) as a :class:`Tensor`.
 
+    The dtype rule is the kernels' rule: float64 data (Python floats included) is stored
+    as float32, because every kernel computes in float32 and converts float64 input the
+    same way. Other dtypes must be one of ``TENSOR_DTYPES`` (float32, float16, int8,
+    uint8, int16, uint16, int32, uint32); anything else, and an explicit
+    ``dtype="float64"``, is a TypeError. Python ints give int64, also refused: pass
+    ``dtype=np.int32``.
+
     A Tensor already on that device (and of that dtype) is returned as is. The input is
     never modified; non-contiguous and negative-stride views are copied first.
     """
@@ -341,9 +422,15 @@ def asarray(data: ArrayLike | Tensor, device: Device | None = None, dtype: Any =
     dev = resolve(device)
     if isinstance(data, (str, bytes)) or data is None:
         raise TypeError(f"data must be array-like of numbers, got {type(data).__name__}")
-    arr = np.asarray(data, dtype=dtype)
-    native = _check_dtype(arr.dtype.newbyteorder("="), "data dtype")
-    _check_allocation(dev, arr.size * arr.dtype.itemsize, "data")  # before any host copy
+    try:
+        arr = np.asarray(data, dtype=dtype)
+    except ValueError as exc:  # ragged lists, unconvertible values
+        raise TypeError(f"data must be array-like of numbers: {exc}") from None
+    if dtype is None and arr.dtype.kind == "f" and arr.dtype.itemsize == 8:
+        native = np.dtype(np.float32)  # float64 is computed in float32, as by the kernels
+    else:
+        native = _check_dtype(arr.dtype.newbyteorder("="), "data dtype")
+    _check_allocation(dev, arr.size * native.itemsize, "data")  # before any host copy
     if arr.dtype != native:  # byte-swapped input: the device holds native byte order
         arr = arr.astype(native)
     if not arr.flags.c_contiguous:  # (np.ascontiguousarray would turn 0-d into 1-d)
@@ -396,7 +483,6 @@ class HostBuffer(Buffer):
         self.array: np.ndarray | None = array  # keeps the pages alive while the buffer exists
         self.handle = None
         self.memory = None
-        self.mapped = None
         self._lock = threading.Lock()
         keep = vkapi.Keep()
         external = keep.struct("VkExternalMemoryBufferCreateInfo", handleTypes=_HOST_ALLOCATION)
@@ -444,6 +530,10 @@ class HostBuffer(Buffer):
 
     def destroy(self) -> None:
         super().destroy()
+        self.array = None
+
+    def _abandon(self) -> None:
+        super()._abandon()
         self.array = None
 
 
@@ -525,7 +615,7 @@ class BufferPool:
         texel views); ``old`` is forgotten and no longer refers to them."""
         new = Buffer.__new__(Buffer)
         new.device, new.nbytes, new._lock = self.device, old.nbytes, threading.Lock()
-        new.handle, new.memory, new.mapped = old.handle, old.memory, old.mapped
+        new.handle, new.memory, new._mapped = old.handle, old.memory, old._mapped
         new._views, old._views = old._views, None
         self._disown(old)
         self.device.register_buffer(new)
@@ -535,7 +625,7 @@ class BufferPool:
         """Forget ``buf`` as an object (its Vulkan handles now belong to another one)."""
         self.device.forget_buffer(buf)
         buf.handle = buf.memory = None
-        buf.mapped = None
+        buf._mapped = None
 
     def release(self, buf: Buffer) -> None:
         """Give ``buf`` back; it is destroyed instead when the pool is full."""
@@ -561,12 +651,16 @@ class BufferPool:
 
 class _Lent:
     """The owner numpy sees behind a pooled result array (``__array_interface__``): every
-    view of the result keeps it alive, and when the last one goes, the slot goes back."""
+    view of the result keeps it alive, and when the last one goes, the slot goes back.
 
-    def __init__(self, slot: _HostSlot, shape: tuple[int, ...], dtype: np.dtype) -> None:
-        self.slot = slot  # keeps the pages alive for as long as any view exists
+    It holds the pages only, not the slot's VkBuffer: a result never keeps its device
+    (or the device's pools) alive, and outlives it as an ordinary array.
+    """
+
+    def __init__(self, raw: np.ndarray, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        self.raw = raw  # keeps the pages alive for as long as any view exists
         self.__array_interface__ = {
-            "data": (slot.raw.ctypes.data, False),
+            "data": (raw.ctypes.data, False),
             "shape": shape,
             "typestr": dtype.str,
             "version": 3,
@@ -606,9 +700,11 @@ class HostArrayPool:
         self.max_bytes = max_bytes
         self.max_slots = max_slots
         self._free: list[_HostSlot] = []  # oldest first
-        # Slots whose arrays died; filled by finalizers (any thread, even inside a Vulkan
-        # call of this one), so only appended to there and drained under the device lock.
-        self._returned: collections.deque[_HostSlot] = collections.deque()
+        self._lent: dict[int, _HostSlot] = {}  # by ticket, while a result uses the slot
+        self._tickets = itertools.count()
+        # Tickets of slots whose arrays died; filled by finalizers (any thread, even inside
+        # a Vulkan call of this one), so only appended to there and drained under the lock.
+        self._returned: collections.deque[int] = collections.deque()
 
     def empty(
         self, shape: tuple[int, ...], dtype: Any, *, imported: bool = False
@@ -624,8 +720,11 @@ class HostArrayPool:
             if imported and slot.buffer is None and can_import_host(self.device):
                 slot.buffer = HostBuffer(self.device, slot.raw)
                 slot.buffer.reusable = True  # owned here, destroyed by the pool or the device
-        lent = _Lent(slot, tuple(shape), dt)
-        weakref.finalize(lent, self._returned.append, slot)
+            ticket = next(self._tickets)
+            self._lent[ticket] = slot
+        lent = _Lent(slot.raw, tuple(shape), dt)
+        # Only a weak reference to the pool: a live result must not keep its device alive.
+        weakref.finalize(lent, _give_back, weakref.ref(self._returned), ticket)
         return np.asarray(lent), slot.buffer
 
     def _alignment(self) -> int:
@@ -644,7 +743,9 @@ class HostArrayPool:
 
     def _drain(self) -> None:
         while self._returned:
-            self._free.append(self._returned.popleft())
+            slot = self._lent.pop(self._returned.popleft(), None)
+            if slot is not None:
+                self._free.append(slot)
         while (
             len(self._free) > self.max_slots or sum(s.nbytes for s in self._free) > self.max_bytes
         ):
@@ -656,6 +757,13 @@ class HostArrayPool:
             self._drain()
             while self._free:
                 self._free.pop().free()
+
+
+def _give_back(returned: weakref.ref[collections.deque[int]], ticket: int) -> None:
+    """A pooled result died: queue its slot's ticket, if the pool still exists."""
+    queue = returned()
+    if queue is not None:
+        queue.append(ticket)
 
 
 _Pool = TypeVar("_Pool", BufferPool, HostArrayPool)
