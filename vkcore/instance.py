@@ -97,6 +97,35 @@ class DeviceInfo:
     max_texel_buffer_elements: int = 0
     # Formats (names of TEXEL_FORMATS) this device can read as uniform texel buffers.
     texel_formats: frozenset[str] = frozenset()
+    # (size, VkMemoryHeapFlags) per heap and (VkMemoryPropertyFlags, heap index) per type.
+    memory_heaps: tuple[tuple[int, int], ...] = ()
+    memory_types: tuple[tuple[int, int], ...] = ()
+    non_coherent_atom_size: int = 0
+    max_compute_shared_memory_size: int = 0
+    # VkSubgroupFeatureFlags and VkShaderStageFlags of VkPhysicalDeviceSubgroupProperties.
+    subgroup_supported_operations: int = 0
+    subgroup_supported_stages: int = 0
+    # VK_EXT_subgroup_size_control (core in 1.3): the sizes a pipeline may require.
+    subgroup_size_control: bool = False
+    min_subgroup_size: int = 0
+    max_subgroup_size: int = 0
+    # VkPhysicalDeviceFloatControlsProperties (core in 1.2), float32 fields.
+    rounding_mode_rte_float32: bool = False
+    denorm_preserve_float32: bool = False
+    denorm_flush_to_zero_float32: bool = False
+
+    @property
+    def portability_subset(self) -> bool:
+        """A portability (non-conformant layered) implementation such as MoltenVK."""
+        return "VK_KHR_portability_subset" in self.extensions
+
+    @property
+    def subgroup_arithmetic_in_compute(self) -> bool:
+        """Subgroup arithmetic (subgroupAdd, subgroupMax...) usable in compute shaders."""
+        return bool(
+            self.subgroup_supported_operations & SUBGROUP_ARITHMETIC
+            and self.subgroup_supported_stages & STAGE_COMPUTE
+        )
 
     @property
     def is_cpu(self) -> bool:
@@ -318,6 +347,12 @@ def device_extensions(ffi: Any, lib: Any, physical: Any) -> frozenset[str]:
     return frozenset(ffi.string(props[i].extensionName).decode() for i in range(count[0]))
 
 
+# VK_SUBGROUP_FEATURE_BASIC_BIT / ARITHMETIC_BIT and VK_SHADER_STAGE_COMPUTE_BIT.
+SUBGROUP_BASIC = 0x1
+SUBGROUP_ARITHMETIC = 0x4
+STAGE_COMPUTE = 0x20
+
+
 def query_info(instance: Instance, physical: Any, index: int) -> DeviceInfo:
     """Properties and features of one physical device, through pNext chains."""
     ffi, lib = instance.ffi, instance.lib
@@ -337,17 +372,26 @@ def query_info(instance: Instance, physical: Any, index: int) -> DeviceInfo:
     maint3 = keep.struct("VkPhysicalDeviceMaintenance3Properties")
     dotp = keep.struct("VkPhysicalDeviceShaderIntegerDotProductProperties") if has_dot else None
     host = keep.struct("VkPhysicalDeviceExternalMemoryHostPropertiesEXT") if has_host else None
+    has_size_control = v13 or "VK_EXT_subgroup_size_control" in exts
+    has_float_controls = v12 or "VK_KHR_shader_float_controls" in exts
+    size_control = (
+        keep.struct("VkPhysicalDeviceSubgroupSizeControlProperties") if has_size_control else None
+    )
+    floats = keep.struct("VkPhysicalDeviceFloatControlsProperties") if has_float_controls else None
     props2 = keep.struct("VkPhysicalDeviceProperties2")
-    props2.pNext = keep.chain(driver, subgroup, ids, maint3, dotp, host)
+    props2.pNext = keep.chain(driver, subgroup, ids, maint3, dotp, host, size_control, floats)
     lib.vkGetPhysicalDeviceProperties2(physical, props2)
+    memory = ffi.new("VkPhysicalDeviceMemoryProperties*")
+    lib.vkGetPhysicalDeviceMemoryProperties(physical, memory)
 
     has_8bit = v12 or "VK_KHR_8bit_storage" in exts
     has_int8 = v12 or "VK_KHR_shader_float16_int8" in exts
     f8 = keep.struct("VkPhysicalDevice8BitStorageFeatures") if has_8bit else None
     fi8 = keep.struct("VkPhysicalDeviceShaderFloat16Int8Features") if has_int8 else None
     fdot = keep.struct("VkPhysicalDeviceShaderIntegerDotProductFeatures") if has_dot else None
+    fsize = keep.struct("VkPhysicalDeviceSubgroupSizeControlFeatures") if has_size_control else None
     feats2 = keep.struct("VkPhysicalDeviceFeatures2")
-    feats2.pNext = keep.chain(f8, fi8, fdot)
+    feats2.pNext = keep.chain(f8, fi8, fdot, fsize)
     lib.vkGetPhysicalDeviceFeatures2(physical, feats2)
 
     p = props2.properties
@@ -397,6 +441,26 @@ def query_info(instance: Instance, physical: Any, index: int) -> DeviceInfo:
         extensions=exts,
         max_texel_buffer_elements=limits.maxTexelBufferElements,
         texel_formats=_uniform_texel_formats(ffi, lib, physical),
+        memory_heaps=tuple(
+            (memory.memoryHeaps[i].size, memory.memoryHeaps[i].flags)
+            for i in range(memory.memoryHeapCount)
+        ),
+        memory_types=tuple(
+            (memory.memoryTypes[i].propertyFlags, memory.memoryTypes[i].heapIndex)
+            for i in range(memory.memoryTypeCount)
+        ),
+        non_coherent_atom_size=limits.nonCoherentAtomSize,
+        max_compute_shared_memory_size=limits.maxComputeSharedMemorySize,
+        subgroup_supported_operations=subgroup.supportedOperations,
+        subgroup_supported_stages=subgroup.supportedStages,
+        subgroup_size_control=bool(fsize is not None and fsize.subgroupSizeControl),
+        min_subgroup_size=size_control.minSubgroupSize if size_control is not None else 0,
+        max_subgroup_size=size_control.maxSubgroupSize if size_control is not None else 0,
+        rounding_mode_rte_float32=bool(floats is not None and floats.shaderRoundingModeRTEFloat32),
+        denorm_preserve_float32=bool(floats is not None and floats.shaderDenormPreserveFloat32),
+        denorm_flush_to_zero_float32=bool(
+            floats is not None and floats.shaderDenormFlushToZeroFloat32
+        ),
     )
 
 
