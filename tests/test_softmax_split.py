@@ -90,3 +90,23 @@ def test_pieces_cover_the_row_in_bindings(small_bindings):
         assert all(0 < (b - a) * 4 <= LIMIT for a, b in pieces)
         if n % 4 == 0:
             assert all((b - a) % 4 == 0 for a, b in pieces)
+
+
+def test_real_binding_limit_8192_squared(device):
+    """One real case: 8192 x 8192 float32 is 256 MiB, more than lavapipe's 128 MiB binding.
+    Rows repeat 7 patterns, so the float64 reference is computed for 7 rows only."""
+    limit = sm.binding_bytes(device)
+    if limit >= 256 << 20:
+        pytest.skip(f"maxStorageBufferRange is {limit} bytes: 8192x8192 fits in one binding")
+    rng = np.random.default_rng(11)
+    patterns = (rng.standard_normal((7, 8192)) * 4).astype(np.float32)
+    patterns[1] = np.sort(patterns[1])
+    patterns[2, 100] = np.nan
+    x = patterns[np.arange(8192) % 7]
+    y = vkcore.softmax(x, device=device)
+    ref = reference.softmax(patterns)
+    for k in range(7):
+        got = y[k::7]
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(ref[k])[None, :].repeat(len(got), 0))
+        if k != 2:
+            assert np.abs(got - ref[k]).max() <= 1e-6
