@@ -1,13 +1,15 @@
 """Every kernel on small inputs that reach every shader variant, checked against numpy.
 
-Used two ways:
+Used three ways:
 
 * imported by ``tests/test_wheel.py`` to prove that every variant the kernels request is
   declared with ``vkcore.spirv.register_variants`` (so the wheel ships it);
 * run as a script inside a clean virtual environment where the built wheel is installed
   (``python kernel_tour.py --installed``): there it also proves that vkcore comes from
   that environment, that no ``glslangValidator`` is reachable and that every declared
-  variant is found as *shipped* SPIR-V.
+  variant is found as *shipped* SPIR-V;
+* run as a script under other driver settings (``tests/test_other_configs.py``): subgroups
+  of 4 (``LP_NATIVE_VECTOR_WIDTH=128``) and the staging path (``VKCORE_FORCE_STAGING=1``).
 """
 
 from __future__ import annotations
@@ -168,9 +170,22 @@ def check_installed() -> dict[str, object]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--installed", action="store_true", help="also check the installed wheel")
+    parser.add_argument(
+        "--expect-subgroup", type=int, help="fail unless the device's subgroup size is this"
+    )
+    parser.add_argument(
+        "--expect-staging", action="store_true", help="fail unless Tensors are staged, not mapped"
+    )
     args = parser.parse_args()
     summary: dict[str, object] = {}
     with vkcore.Device() as dev:
+        summary["subgroup_size"] = dev.info.subgroup_size
+        if args.expect_subgroup is not None:
+            assert dev.info.subgroup_size == args.expect_subgroup, summary
+        probe = vkcore.Tensor.empty((4,), np.float32, dev)
+        summary["tensors_mapped"] = probe.buffer is not None and probe.buffer.mapped is not None
+        if args.expect_staging:
+            assert not summary["tensors_mapped"], "a Tensor was mapped: not the staging path"
         summary["checks"] = tour(dev)
         origins = {p["name"]: p["spirv_origin"] for p in dev.pipeline_stats()}
         dev.check()
