@@ -163,7 +163,6 @@ def matvec_f32(w: Any, x: Any, *, bias: Any = None, device: Device | None = None
             "got a QuantizedTensor; use vkcore.matvec(qt, x) for quantized weights"
         )
     if isinstance(w, F32Matrix):
-        w.check_usable()
         if device is not None and device is not w.device:
             raise ValueError("device must be the F32Matrix's own device (or None)")
         return _matvec(w, x, bias, MODE_F32, "float")
@@ -214,7 +213,6 @@ def _check_call(qt: Any, activations: Any, device: Device | None) -> None:
         elif isinstance(qt, (np.ndarray, Tensor)):
             hint = "; quantize the weights first with vkcore.quantize"
         raise TypeError(f"qt must be a vkcore.QuantizedTensor, got {type(qt).__name__}{hint}")
-    qt.check_usable()
     if activations not in ACTIVATIONS:
         raise ValueError(f"activations must be one of {ACTIVATIONS}, got {activations!r}")
     if device is not None and device is not qt.device:
@@ -252,7 +250,7 @@ def _matvec(
     out_acc: bool = False,
 ) -> Any:
     dev = mat.device
-    mat.check_usable()
+    mat.check_usable()  # the device is open and mat not released (says which)
     m, n = mat.shape
     xv = _vector(x, n, dev, "x")
     bv = None if bias is None else _vector(bias, m, dev, "bias")
