@@ -22,7 +22,7 @@ import vkcore
 from vkcore import reference
 from vkcore.commands import Submitter
 from vkcore.device import Device
-from vkcore.memory import Buffer, BufferPool, HostArrayPool
+from vkcore.memory import Buffer, BufferPool, HostArrayPool, HostBuffer
 
 METHODS = [
     (Submitter, "run"),
@@ -33,6 +33,7 @@ METHODS = [
     (BufferPool, "acquire"),
     (BufferPool, "lease"),
     (HostArrayPool, "empty"),
+    (HostBuffer, "__init__"),
     (Device, "pipeline"),
 ]
 # Driver calls, intercepted through the device's binding (dev.lib).
@@ -170,6 +171,26 @@ def test_quantize_interrupted(device, rng, faults, bits, symmetric, per_channel,
         qt = make_qt(device, w, bits, symmetric, per_channel)
         assert_quantized(qt, w, bits, symmetric, per_channel)
         qt.release()
+
+    hunt(faults, lambda: None, first, check)
+
+
+@pytest.mark.parametrize(("symmetric", "per_channel"), [(True, True), (False, False)])
+def test_large_quantize_and_dequantize_interrupted(device, rng, faults, symmetric, per_channel):
+    """1.3 MB weights and results: the paths that read the weights in place (imported
+    host memory) and write the result in place into a pooled host array."""
+    w = weights(rng, m=520, n=640)
+    q, s, z = reference.quantize(w, 8, symmetric, per_channel)
+    want = reference.dequantize(q, s, z)
+
+    def check(_):
+        qt = make_qt(device, w, 8, symmetric, per_channel)
+        assert np.array_equal(qt.q, q)
+        assert np.array_equal(vkcore.dequantize(qt).view(np.uint32), want.view(np.uint32))
+        qt.release()
+
+    def first(_):
+        vkcore.dequantize(make_qt(device, w, 8, symmetric, per_channel))
 
     hunt(faults, lambda: None, first, check)
 
