@@ -8,7 +8,7 @@ from vkcore import placement
 def test_memory_properties_are_queried(device):
     info = device.info
     assert info.memory_heaps and info.memory_types
-    for flags, heap in info.memory_types:
+    for _flags, heap in info.memory_types:
         assert 0 <= heap < len(info.memory_heaps)
     assert any(flags & placement.DEVICE_LOCAL for flags, _ in info.memory_types)
     assert info.non_coherent_atom_size >= 1
