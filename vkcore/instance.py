@@ -494,6 +494,11 @@ def choose(infos: list[DeviceInfo], selector: str | int | None) -> DeviceInfo:
         return min(infos, key=rank)
     listing = "; ".join(f"{i.index}: {i.name}" for i in infos)
     text = str(selector).strip()
+    if text.startswith("-") and text[1:].isdigit():
+        raise ValueError(
+            f"VKCORE_DEVICE/device index {text} is negative; an index is 0 or more; "
+            f"devices are: {listing}"
+        )
     if text.isdigit():
         idx = int(text)
         if idx < len(infos):

@@ -3,6 +3,12 @@
 Each subcommand lives in its own module of this package with ``register(subparsers)``,
 which adds a parser whose ``func(args) -> int`` runs it. Exit status: 0 success, 1 a
 failed check, 2 bad usage. Errors print one line; ``--debug`` shows the traceback.
+
+Every option's value is checked while the command line is parsed (the types in
+``_args``), before a device is opened or a measurement starts: a bad number, a missing
+input file or an output path that cannot be written is status 2 at once, with argparse's
+one-line message naming the option. ``main`` returns that status rather than raising
+SystemExit, as it does for every other outcome.
 """
 
 from __future__ import annotations
@@ -38,7 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # bad usage (2), or --help/--version (0): already printed
+        return exc.code if isinstance(exc.code, int) else 2
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.WARNING,
         format="vkcore: %(levelname)s: %(message)s",

@@ -7,6 +7,7 @@ import sys
 
 from .. import bench
 from ..device import Device
+from ._args import output_file, positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,11 +19,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--json", action="store_true", help="print every sample and the environment as JSON"
     )
     p.add_argument(
-        "--plot", metavar="FILE.png", help="write ratios and the roofline to a PNG (matplotlib)"
+        "--plot",
+        metavar="FILE.png",
+        type=output_file(".png", requires="matplotlib"),
+        help="write ratios and the roofline to a PNG (matplotlib; checked before the run)",
     )
     p.add_argument(
         "--repeats",
-        type=int,
+        type=positive_int,
         default=None,
         help="repetitions per comparison (default 5 quick, 11 full)",
     )
@@ -32,19 +36,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.repeats is not None and args.repeats < 1:
-        raise ValueError(f"--repeats must be at least 1, got {args.repeats}")
-    if args.plot and not args.plot.lower().endswith(".png"):
-        raise ValueError(f"--plot must name a .png file, got {args.plot!r}")
     with Device(args.device) as dev:
         result = bench.run_bench(
             dev, quick=args.quick, repeats=args.repeats, progress=not args.no_progress
         )
+    # The results first: a plot that fails afterwards cannot lose them.
+    print(bench.to_json(result) if args.json else bench.format_table(result), flush=True)
+    status = 0
     if args.plot:
-        bench.write_plot(result, args.plot)
-        print(f"plot written to {args.plot}", file=sys.stderr)
-    print(bench.to_json(result) if args.json else bench.format_table(result))
+        try:
+            bench.write_plot(result, args.plot)
+            print(f"plot written to {args.plot}", file=sys.stderr)
+        except (OSError, RuntimeError, ImportError) as exc:
+            print(f"vkcore: error: the plot could not be written: {exc}", file=sys.stderr)
+            status = 1
     missed = [t for t in result["targets"] if t["met"] is False]
     if result["errors"]:
         return 1  # a comparison could not run: say so in the exit status too
-    return 1 if args.check and missed else 0
+    return 1 if (args.check and missed) or status else 0

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
-from pathlib import Path
 from typing import TextIO
 
 from .. import coldwarm
+from ._args import nonnegative_float, output_file, positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,13 +33,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--repeats",
-        type=int,
+        type=positive_int,
         default=3,
         help="fresh processes per kernel and condition (default 3)",
     )
     p.add_argument(
         "--max-seconds",
-        type=float,
+        type=nonnegative_float,
         default=100.0,
         help="start no repetition that would end past this many seconds; the first always "
         "runs (default 100, 0 = no limit)",
@@ -51,6 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--plot",
         metavar="FILE.png",
+        type=output_file(".png", ".svg", ".pdf", requires="matplotlib"),
         default=None,
         help="draw grouped bars per stage and condition "
         "(needs matplotlib: pip install 'vkcore[plot]')",
@@ -67,18 +67,6 @@ def run(args: argparse.Namespace) -> int:
         return 0
     kernels = coldwarm.check_names(_split(args.kernels), coldwarm.KERNELS, "--kernels")
     conditions = coldwarm.check_names(_split(args.conditions), coldwarm.CONDITIONS, "--conditions")
-    if args.repeats < 1:
-        raise ValueError(f"--repeats must be at least 1, got {args.repeats}")
-    if args.max_seconds < 0:
-        raise ValueError(f"--max-seconds must be 0 (no limit) or positive, got {args.max_seconds}")
-    if args.plot is not None:
-        _check_plot_target(args.plot)
-        if importlib.util.find_spec("matplotlib") is None:
-            print(
-                "vkcore: error: --plot needs matplotlib: pip install 'vkcore[plot]'",
-                file=sys.stderr,
-            )
-            return 2
     progress = ProgressBar(sys.stderr) if sys.stderr.isatty() else None
     report = coldwarm.measure(
         kernels,
@@ -88,27 +76,21 @@ def run(args: argparse.Namespace) -> int:
         selector=args.device,
         progress=progress,
     )
-    if args.plot is not None:
+    # The report first: a plot that fails afterwards cannot lose it.
+    print(json.dumps(report, indent=2) if args.json else coldwarm.format_report(report))
+    if args.plot is None:
+        return 0
+    try:
         coldwarm.plot(report, args.plot)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print(coldwarm.format_report(report))
-        if args.plot is not None:
-            print(f"\nplot written to {args.plot}")
+    except (OSError, RuntimeError) as exc:
+        print(f"vkcore: error: the plot could not be written: {exc}", file=sys.stderr)
+        return 1
+    print(f"plot written to {args.plot}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
 def _split(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
-
-
-def _check_plot_target(path: str) -> None:
-    target = Path(path)
-    if target.suffix.lower() not in (".png", ".svg", ".pdf"):
-        raise ValueError(f"--plot must name a .png, .svg or .pdf file, got {path!r}")
-    if not target.parent.resolve().is_dir():
-        raise ValueError(f"--plot: folder {str(target.parent)!r} does not exist")
 
 
 class ProgressBar:

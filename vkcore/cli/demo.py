@@ -14,6 +14,7 @@ import numpy as np
 from .. import reference
 from ..device import Device
 from ..kernels.softmax import softmax
+from ._args import positive_int
 
 SEED_EXAMPLE = [1000.0, 1001.0, 1002.0]
 SEED_EXPECTED = [0.09003057317038046, 0.24472847105479764, 0.6652409557748218]
@@ -23,8 +24,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "demo", help="run the kernels on the default device and check them against numpy"
     )
-    p.add_argument("--rows", type=int, default=256, help="rows of the random softmax batch")
-    p.add_argument("--cols", type=int, default=4096, help="row length of the random softmax batch")
+    p.add_argument(
+        "--rows", type=positive_int, default=256, help="rows of the random softmax batch"
+    )
+    p.add_argument(
+        "--cols", type=positive_int, default=4096, help="row length of the random softmax batch"
+    )
     p.add_argument(
         "--json", action="store_true", help="print the figures as JSON (the text goes to stderr)"
     )

@@ -1,7 +1,8 @@
 """``vkcore quant-report``: quantize a weight matrix and hold its errors to the RTN bounds.
 
-The matrix is a ``.npy`` file (``--weights``) or a seeded random layer, optionally with
-one row scaled up (``--outlier``). Prints, per granularity, the worst ratios to the
+The matrix is a ``.npy`` file, an ``.npz`` file (its only array, or the one ``--array``
+names) given by ``--weights``, or a seeded random layer, optionally with one row scaled
+up (``--outlier``). Prints, per granularity, the worst ratios to the
 worst-case bounds (``s/2``, ``s/2 ||x||_1``) and the ratios to the typical values
 (``s/sqrt(12)``, ``s/sqrt(12) ||x||_2``), then the rows closest to their bound.
 Exit 1 if a worst-case bound fails.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import zipfile
 from typing import Any
 
 import numpy as np
@@ -18,36 +20,77 @@ import numpy as np
 from ..device import Device
 from ..kernels.quant import quantize
 from ..quant_report import format_report, quant_error
+from ._args import finite_float, input_file, int_range, nonnegative_int, positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "quant-report", help="quantization error of a weight matrix against the RTN bounds"
     )
-    p.add_argument("--weights", help=".npy file with a 2-D float matrix (default: a random layer)")
-    p.add_argument("--rows", type=int, default=256, help="rows of the random layer")
-    p.add_argument("--cols", type=int, default=1024, help="columns of the random layer")
     p.add_argument(
-        "--outlier", type=float, default=100.0, help="scale of row 0 of the random layer"
+        "--weights",
+        type=input_file,
+        help=".npy or .npz file with a 2-D float matrix (default: a random layer)",
     )
-    p.add_argument("--bits", type=int, default=8, help="bits per weight, 2 to 8")
+    p.add_argument("--array", metavar="NAME", help="the array of an .npz file that holds several")
+    p.add_argument("--rows", type=positive_int, default=256, help="rows of the random layer")
+    p.add_argument("--cols", type=positive_int, default=1024, help="columns of the random layer")
+    p.add_argument(
+        "--outlier", type=finite_float, default=100.0, help="scale of row 0 of the random layer"
+    )
+    p.add_argument("--bits", type=int_range(2, 8), default=8, help="bits per weight, 2 to 8")
     p.add_argument("--asymmetric", action="store_true", help="asymmetric (uint8, zero point)")
-    p.add_argument("--seed", type=int, default=0, help="random seed for the layer and x")
-    p.add_argument("--top", type=int, default=5, help="rows to list, closest to their bound first")
+    p.add_argument(
+        "--seed", type=nonnegative_int, default=0, help="random seed for the layer and x"
+    )
+    p.add_argument(
+        "--top",
+        type=nonnegative_int,
+        default=5,
+        help="rows to list, closest to their bound first (0: none)",
+    )
     p.add_argument(
         "--json", action="store_true", help="print the per-row errors and bounds as JSON"
     )
     p.set_defaults(func=run)
 
 
+def _load(path: str, name: str | None) -> np.ndarray:
+    """The array in a .npy file, or in an .npz file (its only one, or ``name``)."""
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (OSError, EOFError, ValueError, zipfile.BadZipFile) as exc:
+        raise ValueError(f"--weights {path!r} is not a readable .npy/.npz file: {exc}") from None
+    if isinstance(data, np.ndarray):
+        if name is not None:
+            raise ValueError(f"--array is for .npz files; {path!r} holds a single array")
+        return data
+    with data:
+        names = list(data.files)
+        if name is None and len(names) != 1:
+            raise ValueError(
+                f"--weights {path!r} holds {len(names)} arrays ({', '.join(names) or 'none'}): "
+                "pick one with --array NAME"
+            )
+        key = names[0] if name is None else name
+        if key not in names:
+            raise ValueError(f"--array {key!r} is not in {path!r}; it holds {', '.join(names)}")
+        try:
+            return np.asarray(data[key])
+        except (OSError, EOFError, ValueError, zipfile.BadZipFile) as exc:
+            raise ValueError(f"--weights {path!r}: array {key!r} cannot be read: {exc}") from None
+
+
 def _matrix(args: argparse.Namespace) -> np.ndarray:
     if args.weights:
-        w = np.load(args.weights, allow_pickle=False)
-        if w.ndim != 2:
-            raise ValueError(f"--weights must hold a 2-D matrix, got shape {w.shape}")
+        w = _load(args.weights, args.array)
+        if w.ndim != 2 or w.size == 0:
+            raise ValueError(f"--weights must hold a non-empty 2-D matrix, got shape {w.shape}")
+        if w.dtype.kind != "f":
+            raise ValueError(f"--weights must hold floats, got {w.dtype}")
         return w
-    if args.rows < 1 or args.cols < 1:
-        raise ValueError("--rows and --cols must be at least 1")
+    if args.array is not None:
+        raise ValueError("--array needs --weights FILE.npz")
     rng = np.random.default_rng(args.seed)
     w = np.asarray(rng.standard_normal((args.rows, args.cols)) / np.sqrt(args.cols))
     w[0] *= args.outlier
@@ -98,16 +141,22 @@ def run(args: argparse.Namespace) -> int:
         report["holds"] = bool(ok)
         print(json.dumps(report))
         return 0 if ok else 1
+    if args.top:
+        _print_top(e, args.top)
+    print("all worst-case bounds hold" if ok else "A WORST-CASE BOUND FAILED")
+    return 0 if ok else 1
+
+
+def _print_top(e: Any, top: int) -> None:
+    """The ``top`` per-channel rows closest to their worst-case bound."""
     assert e.out_err is not None and e.bound_out is not None
     ratio = e.max_err / e.bound_max
-    print(f"\nper channel, the {min(args.top, m)} rows closest to their bound:")
+    print(f"\nper channel, the {min(top, len(ratio))} rows closest to their bound:")
     print(
         "  row   scale s_i   max|err|    s_i/2       rms err     s_i/sqrt12  |dy_i|      s_i/2|x|_1"
     )
-    for i in np.argsort(-ratio, kind="stable")[: args.top]:
+    for i in np.argsort(-ratio, kind="stable")[:top]:
         print(
             f"  {i:<5} {e.scale[i]:.4e}  {e.max_err[i]:.4e}  {e.bound_max[i]:.4e}  "
             f"{e.rms_err[i]:.4e}  {e.typical_rms[i]:.4e}  {e.out_err[i]:.4e}  {e.bound_out[i]:.4e}"
         )
-    print("all worst-case bounds hold" if ok else "A WORST-CASE BOUND FAILED")
-    return 0 if ok else 1

@@ -7,11 +7,14 @@ import json
 
 from .. import tune
 from ..device import Device
+from ._args import positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tune", help="choose kernel parameters for this device by measurement")
-    p.add_argument("--repeats", type=int, default=5, help="timed runs per candidate (median)")
+    p.add_argument(
+        "--repeats", type=positive_int, default=5, help="timed runs per candidate (median)"
+    )
     p.add_argument("--reset", action="store_true", help="delete this device's stored choices")
     p.add_argument("--show", action="store_true", help="print the stored choices, measure nothing")
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -1,0 +1,98 @@
+"""argparse types for the subcommands: every option is checked while the command line is
+parsed, before a device is created or a measurement starts, so a bad value is exit status
+2 with one line naming the option (argparse's own error), never a traceback or lost work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def int_range(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    """An integer ``lo <= n`` (and ``<= hi`` when given)."""
+
+    def parse(text: str) -> int:
+        value = _int(text)
+        if value < lo or (hi is not None and value > hi):
+            bounds = f"from {lo} to {hi}" if hi is not None else f"at least {lo}"
+            raise argparse.ArgumentTypeError(f"must be an integer {bounds}, got {value}")
+        return value
+
+    parse.__name__ = "integer"  # what argparse names in "invalid integer value"
+    return parse
+
+
+positive_int = int_range(1)
+nonnegative_int = int_range(0)
+
+
+def finite_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def nonnegative_float(text: str) -> float:
+    value = finite_float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text!r}")
+    return value
+
+
+def input_file(text: str) -> str:
+    """An existing, readable regular file."""
+    path = Path(text).expanduser()
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"no such file: {text!r}")
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"not a file: {text!r}")
+    if not os.access(path, os.R_OK):
+        raise argparse.ArgumentTypeError(f"cannot read {text!r} (permission denied)")
+    return str(path)
+
+
+def output_file(*suffixes: str, requires: str | None = None) -> Callable[[str], str]:
+    """A file that can be written: one of ``suffixes``, not a folder, in an existing folder
+    this user may write to (and, when the file exists, writable itself); ``requires``
+    names a module the writer needs (matplotlib for plots). Checked before any work
+    starts, so a long run is never lost to a bad path at the end."""
+
+    def parse(text: str) -> str:
+        if requires is not None and importlib.util.find_spec(requires) is None:
+            raise argparse.ArgumentTypeError(
+                f"needs {requires}, which is not installed: pip install 'vkcore[plot]'"
+            )
+        path = Path(text).expanduser()
+        if path.suffix.lower() not in suffixes:
+            raise argparse.ArgumentTypeError(
+                f"must name a {' or '.join(suffixes)} file, got {text!r}"
+            )
+        if path.is_dir():
+            raise argparse.ArgumentTypeError(f"{text!r} is a folder, not a file")
+        folder = path.parent
+        if not folder.is_dir():
+            raise argparse.ArgumentTypeError(f"folder {str(folder)!r} does not exist")
+        if not os.access(folder, os.W_OK | os.X_OK) or (
+            path.exists() and not os.access(path, os.W_OK)
+        ):
+            raise argparse.ArgumentTypeError(f"cannot write {text!r} (permission denied)")
+        return str(path)
+
+    parse.__name__ = "file"
+    return parse
