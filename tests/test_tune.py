@@ -28,10 +28,8 @@ def test_tune_stores_the_fastest_candidate_and_softmax_uses_it(device, clean, rn
     assert path.parent == device.pipeline_cache.folder or device.pipeline_cache.folder is None
     stored = json.loads(path.read_text())
     assert stored == record
-    times = {
-        int(k): v
-        for k, v in record["measured"]["softmax_workgroup"]["median_device_seconds"].items()
-    }
+    assert record["clock"] == "device"  # lavapipe's queue has timestamps
+    times = {int(k): v for k, v in record["measured"]["softmax_workgroup"]["total_seconds"].items()}
     assert set(times) == set(tune.candidates(device))
     best = record["choices"]["softmax_workgroup"]
     assert times[best] == min(times.values())
@@ -46,10 +44,14 @@ def test_tune_chooses_every_rows_parameter_and_the_kernels_use_it(device, clean)
     record = tune.tune(device, shape=(16, 1024), rows_shape=(64, 256), repeats=1)
     assert set(record["choices"]) == set(tune.PARAMETERS)
     for name, values in tune.ROW_CANDIDATES.items():
-        times = {int(k): v for k, v in record["measured"][name]["median_device_seconds"].items()}
+        measured = record["measured"][name]
+        times = {int(k): v for k, v in measured["total_seconds"].items()}
         assert set(times) == set(values)
         assert all(t > 0 for t in times.values()), name
         assert times[record["choices"][name]] == min(times.values())
+        for value in values:  # the total is the sum over the paths the value steers
+            parts = [t[str(value)] for t in measured["median_seconds"].values()]
+            assert times[value] == pytest.approx(sum(parts), rel=1e-12)
     assert mv.rows_per_workgroup(device, 0) == record["choices"]["matvec_rows"]
     assert mv.rows_per_workgroup(device, mv.MODE_F32) == record["choices"]["matvec_f32_rows"]
     assert quant.quant_rows(device) == record["choices"]["quant_rows"]
@@ -75,6 +77,130 @@ def test_any_stored_matvec_rows_gives_correct_results(device, clean, rng, value)
     f32.release()
     assert value in specialized_rows(device, "matvec.comp")
     assert min(value, 16) in specialized_rows(device, "matvec.comp")
+
+
+# The kernel paths each choice steers, as (public function, mode) pairs.
+PATHS = {
+    "softmax_workgroup": {("softmax", "online"), ("softmax", "safe")},
+    "matvec_rows": {("matvec", "float"), ("matvec", "int8"), ("matvec", "uint8")},
+    "matvec_f32_rows": {("matvec_f32", "float32")},
+    "quant_rows": {("quantize", "asymmetric"), ("dequantize", "")},
+}
+
+
+PATH_NAMES = {
+    "softmax_workgroup": {"online", "safe"},
+    "matvec_rows": {"float", "int8", "uint8"},
+    "matvec_f32_rows": {"float32"},
+    "quant_rows": {"quantize", "dequantize"},
+}
+
+
+def _counting(monkeypatch, device, seen):
+    """Wrap the public kernels so every call records (kernel, mode, the tuned values)."""
+
+    def wrap(name, mode_of):
+        original = getattr(vkcore, name)
+
+        def call(*args, **kwargs):
+            values = tuple(tune.choice(device, p) for p in tune.PARAMETERS)
+            seen.append((name, mode_of(kwargs), values))
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(vkcore, name, call)
+
+    wrap("softmax", lambda kw: kw.get("algorithm", "online"))
+    wrap("matvec", lambda kw: kw.get("activations", "float"))
+    wrap("matvec_f32", lambda kw: "float32")
+    wrap("quantize", lambda kw: "symmetric" if kw.get("symmetric", True) else "asymmetric")
+    wrap("dequantize", lambda kw: "")
+
+
+def test_tune_times_every_path_each_choice_steers_with_every_candidate(device, clean, monkeypatch):
+    """The quantize rows also drive dequantize, the INT8 matvec rows all three activation
+    modes, the softmax workgroup both algorithms: each candidate runs on each of them."""
+    seen = []
+    _counting(monkeypatch, device, seen)
+    repeats = 2
+    record = tune.tune(device, shape=(8, 512), rows_shape=(32, 128), repeats=repeats)
+    for index, name in enumerate(tune.PARAMETERS):
+        measured = record["measured"][name]
+        assert set(measured["median_seconds"]) == PATH_NAMES[name]
+        for kernel, mode in PATHS[name]:
+            for value in tune.values(device, name):
+                runs = [s for s in seen if s[:2] == (kernel, mode) and s[2][index] == value]
+                assert len(runs) >= repeats + 1, (name, kernel, mode, value)  # warm-up + timed
+
+
+def test_tune_on_a_device_without_timestamps_measures_wall_time(device, clean, capsys):
+    """timestampValidBits == 0 (simulated: the submitter then records no timestamps and
+    last_device_seconds is None): wall time, said so, and only allowed values stored."""
+    device.submitter.timestamps = False
+    try:
+        x = np.ones((2, 64), np.float32)
+        vkcore.softmax(x, device=device)
+        assert device.submitter.last_device_seconds is None
+        assert tune.clock(device) == "wall"
+        record = tune.tune(device, shape=(8, 512), rows_shape=(32, 128), repeats=1)
+    finally:
+        device.submitter.timestamps = True
+    assert record["clock"] == "wall"
+    stored = json.loads(tune.tune_path(device).read_text())
+    assert stored == record and stored["clock"] == "wall"
+    for name in tune.PARAMETERS:
+        assert record["choices"][name] in tune.allowed(device, name)
+        totals = record["measured"][name]["total_seconds"]
+        assert all(t > 0 for t in totals.values()), name  # host time is never zero
+    assert tune.load(device) == record["choices"]
+
+
+def test_the_cli_says_which_clock_it_used(device, clean, monkeypatch, capsys):
+    from vkcore.cli import tune as cli_tune
+
+    records = {"device": None, "wall": None}
+    for clock in records:
+        body = {
+            "clock": clock,
+            "choices": {"quant_rows": 4},
+            "measured": {
+                "quant_rows": {
+                    "shape": [32, 128],
+                    "repeats": 1,
+                    "median_seconds": {"quantize": {"4": 0.002}, "dequantize": {"4": 0.001}},
+                    "total_seconds": {"4": 0.003},
+                }
+            },
+        }
+        monkeypatch.setattr(tune, "tune", lambda dev, repeats, body=body: body)
+        args = type("A", (), {"device": None, "reset": False, "show": False, "json": False})
+        args.repeats = 1
+        assert cli_tune.run(args) == 0
+        out = capsys.readouterr().out
+        assert ("wall time" in out) == (clock == "wall"), out
+        assert ("timestampValidBits = 0" in out) == (clock == "wall"), out
+        assert "3.00 ms = 2.00 + 1.00" in out
+
+
+def test_device_time_sums_every_submission_of_a_call(device):
+    """A call that submits twice (e.g. one submission per row chunk) counts both."""
+    x = vkcore.asarray(np.ones((4, 256), np.float32), device=device)
+
+    def twice():
+        vkcore.softmax(x).buffer.destroy()
+        vkcore.softmax(x).buffer.destroy()
+
+    with tune._device_seconds(device) as spent:
+        twice()
+    assert len(spent) == 2 and all(t > 0 for t in spent)
+    assert "run" not in vars(device.submitter)  # the submitter's own method is back
+    x.buffer.destroy()
+
+
+def test_best_chooses_the_smallest_sum_over_paths():
+    per_path = {"a": {1: 3.0, 2: 1.0, 4: 2.0}, "b": {1: 0.5, 2: 3.0, 4: 1.0}}
+    value, totals = tune.best(per_path)
+    assert totals == {1: 3.5, 2: 4.0, 4: 3.0} and value == 4
+    assert tune.best({"a": {8: 1.0, 16: 1.0}})[0] == 8  # a tie: the first candidate
 
 
 def specialized_rows(device, shader):

@@ -8,13 +8,17 @@ Parameters whose best value differs between devices:
   x serves that many rows; more rows, more registers), INT8 and float32 kernels;
 * ``quant_rows``: rows per quantize/dequantize invocation.
 
-``tune(device)`` times each candidate value on its kernel (device timestamps, medians)
-and stores the fastest beside the pipeline cache, in
+``tune(device)`` times each candidate value on every kernel path it steers (the softmax
+workgroup: the online and safe softmax; the INT8 rows: the float, int8 and uint8
+activation modes; the quantize rows: quantize and dequantize), takes each path's median,
+and stores the value with the smallest sum over its paths beside the pipeline cache, in
 ``<cache root>/pipeline/<pipeline-cache file name>.tune.json``: the same key as the
 pipeline cache, so another GPU, driver or driver version never reads these choices.
 Kernels ask :func:`choice`; with no file they use their defaults (the values measured
 best on lavapipe). The rows parameters are specialization constants: no new SPIR-V per
-value.
+value. Times are device time from timestamp queries where the compute queue has them,
+else wall time around each call (a queue with ``timestampValidBits == 0``): the record
+says which (``"clock": "device"`` or ``"wall"``).
 
 A tune file is checked like every cache file (:mod:`vkcore.cachefs`: a regular file of at
 most 1 MiB, owned by this user, in a folder others cannot write), then as JSON: format 2,
@@ -29,10 +33,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import json
 import logging
 import statistics
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -199,104 +205,172 @@ def candidates(device: Device) -> list[int]:
     return [s for s in sizes if s <= _workgroup_limit(device)]
 
 
-def measure_softmax(device: Device, shape: tuple[int, int], repeats: int) -> dict[int, float]:
-    """Median device seconds of the online softmax on ``shape`` per candidate workgroup."""
-    from .kernels import _common as c
-    from .kernels import softmax as sm
-    from .memory import Buffer, Tensor, asarray
+def clock(device: Device) -> str:
+    """``"device"`` where the compute queue has timestamps, else ``"wall"``: a queue with
+    ``timestampValidBits == 0`` is timed by the host clock around each call."""
+    return "device" if device.submitter.timestamps else "wall"
 
-    rng = np.random.default_rng(0)
-    x = asarray(rng.standard_normal(shape, dtype=np.float32), device=device)
-    y = Tensor.empty(shape, np.float32, device)
-    assert x.buffer is not None and y.buffer is not None
-    results: dict[int, float] = {}
+
+@contextlib.contextmanager
+def _device_seconds(device: Device) -> Iterator[list[float]]:
+    """Inside the block, the device seconds of every submission are appended to the
+    yielded list (a kernel call may submit more than once, e.g. one per row chunk)."""
+    sub = device.submitter
+    original = sub.run
+    spent: list[float] = []
+
+    def run(dispatches: Any, *, timed: bool = True, read_seconds: bool = True) -> float | None:
+        out = original(dispatches, timed=timed, read_seconds=read_seconds)
+        spent.append(sub.last_device_seconds or 0.0)
+        return out
+
+    setattr(sub, "run", run)  # noqa: B010 - an instance attribute shadows the method
     try:
-        for wg in candidates(device):
-            p = sm.plan(device, shape[0], shape[1], workgroup=wg)
-            parts = (
-                Buffer(device, shape[0] * p.nchunks * 16)
-                if p.nchunks > 1
-                else c.dummy_buffer(device)
-            )
-            try:
-                steps = sm._dispatches(device, p, "online", x.buffer, y.buffer, parts)
-                device.submitter.run(steps)  # the first run compiles the variant
-                times = [device.submitter.run(steps) or 0.0 for _ in range(repeats)]
-            finally:
-                if p.nchunks > 1:
-                    parts.destroy()
-            results[wg] = statistics.median(times)
+        yield spent
     finally:
-        x.buffer.destroy()
-        y.buffer.destroy()
-    return results
+        delattr(sub, "run")
 
 
-def _rows_kernel(device: Device, name: str, shape: tuple[int, int]) -> Callable[[], Any]:
-    """A call of the kernel that ``name`` steers, on random data of ``shape``; its device
-    time is the submitter's last. The data lives as long as the returned function."""
+def _seconds(device: Device, call: Callable[[], Any], kind: str) -> float:
+    """Seconds of one ``call`` by ``kind`` of clock: device time summed over its
+    submissions, or wall time from the host clock."""
+    if kind == "wall":
+        start = time.perf_counter()
+        call()
+        return time.perf_counter() - start
+    with _device_seconds(device) as spent:
+        call()
+    return sum(spent)
+
+
+def _median_seconds(device: Device, call: Callable[[], Any], repeats: int, kind: str) -> float:
+    call()  # the first call creates the pipeline for this value (and compiles the variant)
+    return statistics.median(_seconds(device, call, kind) for _ in range(repeats))
+
+
+@contextlib.contextmanager
+def _paths(
+    device: Device, name: str, shape: tuple[int, int]
+) -> Iterator[dict[str, Callable[[], Any]]]:
+    """Every kernel path that ``name`` steers, as calls on random data of ``shape``: the
+    choice must suit all of them. The data is released when the block ends."""
     import vkcore
 
     rng = np.random.default_rng(0)
-    w = (rng.standard_normal(shape, dtype=np.float32) * 0.05).astype(np.float32)
-    x = rng.standard_normal(shape[1], dtype=np.float32)
-    if name == "matvec_rows":
-        qt = vkcore.quantize(w, device=device)
-        return lambda: vkcore.matvec(qt, x)
-    if name == "matvec_f32_rows":
-        f32 = vkcore.F32Matrix(w, device=device)
-        return lambda: vkcore.matvec_f32(f32, x)
-    return lambda: vkcore.quantize(w, symmetric=False, device=device).release()
+    held: list[Any] = []
+    try:
+        if name == "softmax_workgroup":
+            x = vkcore.asarray(rng.standard_normal(shape, dtype=np.float32), device=device)
+            held.append(x)
+            yield {a: functools.partial(_softmax, x, a) for a in ("online", "safe")}
+            return
+        w = (rng.standard_normal(shape, dtype=np.float32) * 0.05).astype(np.float32)
+        xv = rng.standard_normal(shape[1], dtype=np.float32)
+        if name == "matvec_rows":  # one weight layout (the default), every activation mode
+            qt = vkcore.quantize(w, device=device)
+            held.append(qt)
+            yield {a: functools.partial(_matvec, qt, xv, a) for a in ("float", "int8", "uint8")}
+        elif name == "matvec_f32_rows":
+            f32 = vkcore.F32Matrix(w, device=device)
+            held.append(f32)
+            yield {"float32": lambda: vkcore.matvec_f32(f32, xv)}
+        else:  # quant_rows steers quantize.comp (host scales: the asymmetric path) and dequantize
+            q = vkcore.quantize(w, symmetric=False, device=device)
+            held.append(q)
+            yield {
+                "quantize": lambda: vkcore.quantize(w, symmetric=False, device=device).release(),
+                "dequantize": lambda: vkcore.dequantize(q),
+            }
+    finally:
+        for obj in held:
+            _free(obj)
 
 
-def measure_rows(
-    device: Device, name: str, shape: tuple[int, int], repeats: int
-) -> dict[int, float]:
-    """Median device seconds of the kernel ``name`` steers, per candidate value."""
-    call = _rows_kernel(device, name, shape)
-    results: dict[int, float] = {}
-    for value in ROW_CANDIDATES[name]:
-        with _trial(device, name, value):
-            call()  # the first call creates the pipeline for this value
-            times = []
-            for _ in range(repeats):
-                call()
-                times.append(device.submitter.last_device_seconds or 0.0)
-        results[value] = statistics.median(times)
-    return results
+def _softmax(x: Any, algorithm: str) -> None:
+    import vkcore
+
+    _free(vkcore.softmax(x, algorithm=algorithm))
+
+
+def _matvec(qt: Any, x: np.ndarray, activations: str) -> None:
+    import vkcore
+
+    vkcore.matvec(qt, x, activations=activations)
+
+
+def _free(obj: Any) -> None:
+    """Free a Tensor's buffer or a weight's memory now, not at collection."""
+    if hasattr(obj, "release"):
+        obj.release()
+    elif getattr(obj, "buffer", None) is not None:
+        obj.buffer.destroy()
+
+
+def values(device: Device, name: str) -> list[int]:
+    """The candidate values ``tune`` times for ``name``, in order."""
+    if name == "softmax_workgroup":
+        return candidates(device)
+    return list(ROW_CANDIDATES[name])
+
+
+def measure(
+    device: Device, name: str, shape: tuple[int, int], repeats: int, kind: str | None = None
+) -> dict[str, dict[int, float]]:
+    """Median seconds per path that ``name`` steers and per candidate value, by ``kind``
+    of clock (default: :func:`clock`)."""
+    kind = kind or clock(device)
+    with _paths(device, name, shape) as paths:
+        out: dict[str, dict[int, float]] = {path: {} for path in paths}
+        for value in values(device, name):
+            with _trial(device, name, value):
+                for path, call in paths.items():
+                    out[path][value] = _median_seconds(device, call, repeats, kind)
+    return out
+
+
+def best(per_path: dict[str, dict[int, float]]) -> tuple[int, dict[int, float]]:
+    """The value with the smallest sum of medians over every path, and those sums: one
+    call of each path, as a model that runs them all (ties: the first candidate)."""
+    first = next(iter(per_path.values()))
+    totals = {v: sum(t[v] for t in per_path.values()) for v in first}
+    return min(totals, key=totals.__getitem__), totals
 
 
 def tune(
     device: Device,
     *,
-    shape: tuple[int, int] = (1024, 4096),
+    shape: tuple[int, int] = (512, 4096),
     rows_shape: tuple[int, int] = (4096, 4096),
-    repeats: int = 5,
+    repeats: int = 3,
 ) -> dict[str, Any]:
     """Measure, store and return the choices for ``device`` (the file's content):
-    the softmax workgroup on ``shape``, the rows parameters on ``rows_shape`` weights."""
-    if repeats < 1:
-        raise ValueError(f"repeats must be at least 1, got {repeats}")
-    timings: dict[str, dict[int, float]] = {
-        "softmax_workgroup": measure_softmax(device, shape, repeats)
-    }
-    for name in ROW_CANDIDATES:
-        timings[name] = measure_rows(device, name, rows_shape, repeats)
+    the softmax workgroup on ``shape``, the rows parameters on ``rows_shape`` weights,
+    each on every path it steers (see :func:`best`), by device time where the queue has
+    timestamps and wall time where it has none (``clock`` in the record)."""
+    if type(repeats) is not int or repeats < 1:
+        raise ValueError(f"repeats must be an integer of at least 1, got {repeats!r}")
+    kind = clock(device)
+    choices: dict[str, int] = {}
+    measured: dict[str, Any] = {}
+    for name in PARAMETERS:
+        used = shape if name == "softmax_workgroup" else rows_shape
+        per_path = measure(device, name, used, repeats, kind)
+        choices[name], totals = best(per_path)
+        measured[name] = {
+            "shape": list(used),
+            "repeats": repeats,
+            "median_seconds": {p: {str(k): v for k, v in t.items()} for p, t in per_path.items()},
+            "total_seconds": {str(k): v for k, v in totals.items()},
+        }
     body = {
         "format": FORMAT,
         "key": key_of(device),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "device": device.info.name,
         "driver": f"{device.info.driver_name} {device.info.driver_info}".strip(),
-        "choices": {name: min(t, key=t.__getitem__) for name, t in timings.items()},
-        "measured": {
-            name: {
-                "shape": list(shape if name == "softmax_workgroup" else rows_shape),
-                "repeats": repeats,
-                "median_device_seconds": {str(k): v for k, v in t.items()},
-            }
-            for name, t in timings.items()
-        },
+        "clock": kind,
+        "choices": choices,
+        "measured": measured,
     }
     record = encode(body)
     path = tune_path(device)
