@@ -106,30 +106,38 @@ def faults(device, monkeypatch) -> Iterator[Faults]:
         device.lib = real_lib
 
 
-def hunt(faults: Faults, make: Callable[[], Any], first: Callable[[Any], Any], check) -> int:
+ALL_KINDS = [(exc, after) for exc in (KeyboardInterrupt, Injected) for after in (False, True)]
+
+
+def hunt(
+    faults: Faults,
+    make: Callable[[], Any],
+    first: Callable[[Any], Any],
+    check,
+    kinds: list[tuple[type[BaseException], bool]] = ALL_KINDS,
+) -> int:
     """For each exception kind and side, fail step k of ``first(make())`` for every k
     until it succeeds; after each failure check the same objects with ``check``."""
     tried = 0
-    for exc in (KeyboardInterrupt, Injected):
-        for after in (False, True):
-            k = 1
-            while True:
-                objs = make()
-                faults.arm(k, exc, after)
-                try:
-                    first(objs)
-                except exc:
-                    pass
-                finally:
-                    fired = faults.fired
-                    faults.disarm()
-                assert fired or k > 1, "nothing was intercepted"
-                check(objs)
-                check(objs)  # and once more: a second call must not see stale state either
-                tried += 1
-                if not fired:
-                    break
-                k += 1
+    for exc, after in kinds:
+        k = 1
+        while True:
+            objs = make()
+            faults.arm(k, exc, after)
+            try:
+                first(objs)
+            except exc:
+                pass
+            finally:
+                fired = faults.fired
+                faults.disarm()
+            assert fired or k > 1, "nothing was intercepted"
+            check(objs)
+            check(objs)  # and once more: a second call must not see stale state either
+            tried += 1
+            if not fired:
+                break
+            k += 1
     return tried
 
 
@@ -421,3 +429,33 @@ def test_resubmit_interrupted_before_the_fence_reset(device, rng):
     w = weights(rng)
     qt = make_qt(device, w, 8, True, True)
     assert np.array_equal(qt.q, reference.quantize(w, 8, True, True)[0])
+
+
+@pytest.mark.parametrize("activations", ["uint8"])  # every per-chunk vector, row sums too
+def test_matvec_by_row_chunks_interrupted(device, rng, faults, monkeypatch, activations):
+    """More rows than one binding of y holds (per-chunk vectors from the pool)."""
+    import dataclasses
+
+    monkeypatch.setattr(
+        device, "info", dataclasses.replace(device.info, max_storage_buffer_range=1024)
+    )
+    w = weights(rng, m=300, n=16)  # 1200 bytes of y, 5 chunks of weights
+    x = (rng.standard_normal(16) * 3 - 1).astype(np.float32)
+    b = rng.standard_normal(300).astype(np.float32)
+    q, s, z = reference.quantize(w, 8, False, True)
+    want = reference.matvec(q, s, z, x, b, activations)
+
+    def check(qt):
+        y = vkcore.matvec(qt, x, bias=b, activations=activations)
+        if activations == "float":
+            assert np.all(np.abs(y - want) <= float_tolerance(q, s, z, x, b))
+        else:
+            assert np.array_equal(y.view(np.uint32), want.view(np.uint32))
+
+    hunt(
+        faults,
+        lambda: make_qt(device, w, 8, False, True),
+        lambda qt: vkcore.matvec(qt, x, bias=b, activations=activations),
+        check,
+        kinds=[(KeyboardInterrupt, True), (Injected, False)],  # the work done, or not begun
+    )
