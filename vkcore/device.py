@@ -97,10 +97,9 @@ class PerDeviceMap(weakref.WeakKeyDictionary[Any, Any]):
         return self._table(device).get(self, default) if isinstance(device, Device) else default
 
     def setdefault(self, device: Any, default: Any = None) -> Any:
-        table = self._table(device)
-        if self not in table:
-            self[device] = default
-        return table[self]
+        value = self._table(device).setdefault(self, default)  # one step: thread-safe
+        self._devices.add(device)
+        return value
 
     def pop(self, device: Any, *default: Any) -> Any:
         if isinstance(device, Device) and self in device._state:

@@ -9,7 +9,6 @@ device's submitter. ``VKCORE_FORCE_STAGING=1`` forces the second path for testin
 from __future__ import annotations
 
 import collections
-import itertools
 import math
 import threading
 import weakref
@@ -653,14 +652,15 @@ class _Lent:
     """The owner numpy sees behind a pooled result array (``__array_interface__``): every
     view of the result keeps it alive, and when the last one goes, the slot goes back.
 
-    It holds the pages only, not the slot's VkBuffer: a result never keeps its device
-    (or the device's pools) alive, and outlives it as an ordinary array.
+    The slot holds its pages, and its VkBuffer only weakly (the pool owns it): a result
+    never keeps its device (or the device's pools) alive, and outlives it as an ordinary
+    array.
     """
 
-    def __init__(self, raw: np.ndarray, shape: tuple[int, ...], dtype: np.dtype) -> None:
-        self.raw = raw  # keeps the pages alive for as long as any view exists
+    def __init__(self, slot: _HostSlot, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        self.slot = slot  # keeps the pages alive for as long as any view exists
         self.__array_interface__ = {
-            "data": (raw.ctypes.data, False),
+            "data": (slot.raw.ctypes.data, False),
             "shape": shape,
             "typestr": dtype.str,
             "version": 3,
@@ -668,20 +668,23 @@ class _Lent:
 
 
 class _HostSlot:
-    """Page-aligned host memory and, on devices that import host memory, its VkBuffer."""
+    """Page-aligned host memory and, on devices that import host memory, its VkBuffer.
+
+    The VkBuffer is owned by the pool (``HostArrayPool._imports``); the slot, which a
+    result array keeps alive, refers to it weakly, so results never hold their device.
+    """
 
     def __init__(self, raw: np.ndarray) -> None:
         self.raw = raw
-        self.buffer: HostBuffer | None = None  # imported on first need
+        self._buffer: weakref.ref[HostBuffer] | None = None  # imported on first need
+
+    @property
+    def buffer(self) -> HostBuffer | None:
+        return self._buffer() if self._buffer is not None else None
 
     @property
     def nbytes(self) -> int:
         return int(self.raw.nbytes)
-
-    def free(self) -> None:
-        if self.buffer is not None:
-            self.buffer.destroy()  # before the pages can go: the import refers to them
-            self.buffer = None
 
 
 class HostArrayPool:
@@ -700,11 +703,10 @@ class HostArrayPool:
         self.max_bytes = max_bytes
         self.max_slots = max_slots
         self._free: list[_HostSlot] = []  # oldest first
-        self._lent: dict[int, _HostSlot] = {}  # by ticket, while a result uses the slot
-        self._tickets = itertools.count()
-        # Tickets of slots whose arrays died; filled by finalizers (any thread, even inside
-        # a Vulkan call of this one), so only appended to there and drained under the lock.
-        self._returned: collections.deque[int] = collections.deque()
+        self._imports: dict[int, HostBuffer] = {}  # id(slot) -> the VkBuffer over it
+        # Slots whose arrays died; filled by finalizers (any thread, even inside a Vulkan
+        # call of this one), so only appended to there and drained under the device lock.
+        self._returned: collections.deque[_HostSlot] = collections.deque()
 
     def empty(
         self, shape: tuple[int, ...], dtype: Any, *, imported: bool = False
@@ -718,13 +720,13 @@ class HostArrayPool:
             self._drain()
             slot = self._take(nbytes) or _HostSlot(page_aligned_empty((nbytes,), np.uint8, align))
             if imported and slot.buffer is None and can_import_host(self.device):
-                slot.buffer = HostBuffer(self.device, slot.raw)
-                slot.buffer.reusable = True  # owned here, destroyed by the pool or the device
-            ticket = next(self._tickets)
-            self._lent[ticket] = slot
-        lent = _Lent(slot.raw, tuple(shape), dt)
+                buffer = HostBuffer(self.device, slot.raw)
+                buffer.reusable = True  # owned here, destroyed by the pool or the device
+                self._imports[id(slot)] = buffer
+                slot._buffer = weakref.ref(buffer)
+        lent = _Lent(slot, tuple(shape), dt)
         # Only a weak reference to the pool: a live result must not keep its device alive.
-        weakref.finalize(lent, _give_back, weakref.ref(self._returned), ticket)
+        weakref.finalize(lent, _give_back, weakref.ref(self._returned), slot)
         return np.asarray(lent), slot.buffer
 
     def _alignment(self) -> int:
@@ -743,27 +745,31 @@ class HostArrayPool:
 
     def _drain(self) -> None:
         while self._returned:
-            slot = self._lent.pop(self._returned.popleft(), None)
-            if slot is not None:
-                self._free.append(slot)
+            self._free.append(self._returned.popleft())
         while (
             len(self._free) > self.max_slots or sum(s.nbytes for s in self._free) > self.max_bytes
         ):
-            self._free.pop(0).free()
+            self._free_slot(self._free.pop(0))
+
+    def _free_slot(self, slot: _HostSlot) -> None:
+        buffer = self._imports.pop(id(slot), None)
+        if buffer is not None:
+            buffer.destroy()  # before the pages can go: the import refers to them
+        slot._buffer = None
 
     def clear(self) -> None:
         """Free every slot not in use by a result."""
         with self.device.lock:
             self._drain()
             while self._free:
-                self._free.pop().free()
+                self._free_slot(self._free.pop())
 
 
-def _give_back(returned: weakref.ref[collections.deque[int]], ticket: int) -> None:
-    """A pooled result died: queue its slot's ticket, if the pool still exists."""
+def _give_back(returned: weakref.ref[collections.deque[_HostSlot]], slot: _HostSlot) -> None:
+    """A pooled result died: queue its slot, if the pool still exists."""
     queue = returned()
     if queue is not None:
-        queue.append(ticket)
+        queue.append(slot)
 
 
 _Pool = TypeVar("_Pool", BufferPool, HostArrayPool)
