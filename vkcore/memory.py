@@ -261,6 +261,7 @@ class Buffer:
 
     def _abandon(self) -> None:
         """Forget the Vulkan objects without destroying them (a forked child's copy)."""
+        self._lock = threading.Lock()  # a parent thread may have held it at the fork
         self.handle = self.memory = None
         self._mapped = None
         self._views = None
