@@ -11,7 +11,12 @@ made before a file's bytes are used at all:
   shared ``/tmp`` another user could otherwise plant an entry with a valid digest.
 
 Windows has no uids and no meaningful mode bits, so the ownership checks are skipped
-there (``OWNER_CHECKS`` is False) and the lock is ``msvcrt.locking``.
+there (``OWNER_CHECKS`` is False). Nothing here is POSIX-only: the folder lock is the
+``filelock`` package's (``flock`` on POSIX, ``msvcrt.locking`` on Windows, a lock file
+where neither exists), imported at the first write, and a lock that stays taken for
+``LOCK_TIMEOUT`` seconds is an OSError like any unwritable folder (callers warn and run
+without persistence), never a hang. On Windows ``os.replace`` fails while another process
+has the target open (a reader): it is retried for up to about a second.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import shutil
 import stat
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,15 +39,10 @@ TEMP_PREFIX = ".tmp-"
 LOCK_NAME = ".lock"
 PRIVATE_MODE = 0o700
 OWNER_CHECKS = hasattr(os, "geteuid")
-
-try:  # POSIX
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
-try:  # Windows
-    import msvcrt
-except ImportError:
-    msvcrt = None  # type: ignore[assignment]
+LOCK_TIMEOUT = 60.0  # seconds; a writer holds the lock for one merge and write
+# Windows refuses os.replace onto a file another process has open; POSIX never does.
+REPLACE_RETRIES = 20 if os.name == "nt" else 0
+REPLACE_WAIT = 0.05
 
 
 class EntryError(ValueError):
@@ -178,23 +179,12 @@ def _check_opened(path: Path, st: os.stat_result, cap: int, trust: bool, suffix:
 
 @contextlib.contextmanager
 def folder_lock(folder: Path) -> Iterator[None]:
-    """An exclusive lock on ``folder/.lock``, shared by every process using the folder."""
-    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        if fcntl is not None:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        elif msvcrt is not None:  # pragma: no cover - Windows
-            msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
-        try:
-            yield
-        finally:
-            if fcntl is not None:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            elif msvcrt is not None:  # pragma: no cover - Windows
-                os.lseek(fd, 0, os.SEEK_SET)
-                msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
-    finally:
-        os.close(fd)
+    """An exclusive lock on ``folder/.lock``, shared by every process and thread using the
+    folder; :class:`filelock.Timeout` (an OSError) after ``LOCK_TIMEOUT`` seconds."""
+    import filelock  # here, not at import: only writes need it
+
+    with filelock.FileLock(os.fspath(Path(folder) / LOCK_NAME), timeout=LOCK_TIMEOUT, mode=0o600):
+        yield
 
 
 def is_temp(path: Path) -> bool:
@@ -223,7 +213,7 @@ def write_atomic(path: Path, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(temp, path)
+        _replace(temp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)
@@ -234,6 +224,18 @@ def write_atomic(path: Path, data: bytes) -> None:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def _replace(temp: str, path: Path) -> None:
+    """``os.replace``, retried on PermissionError where a reader may hold the target open."""
+    for attempt in range(REPLACE_RETRIES + 1):
+        try:
+            os.replace(temp, path)
+            return
+        except PermissionError:
+            if attempt == REPLACE_RETRIES:
+                raise
+            time.sleep(REPLACE_WAIT)
 
 
 def store(path: Path, data: bytes) -> None:
