@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import config, vkapi
 from .errors import VulkanError
-from .instance import DeviceInfo, Instance, choose, query_info
+from .instance import DeviceInfo, Instance, choose, enabled_device_extensions, query_info
 
 if TYPE_CHECKING:
     from .commands import Submitter
@@ -261,21 +261,7 @@ class Device:
             queueCount=1,
             pQueuePriorities=priority,
         )
-        v12 = info.api_version >= (1 << 22 | 2 << 12)
-        v13 = info.api_version >= (1 << 22 | 3 << 12)
-        wanted: list[str] = []
-        if not v12:
-            wanted += [
-                "VK_KHR_8bit_storage",
-                "VK_KHR_shader_float16_int8",
-                "VK_KHR_storage_buffer_storage_class",
-            ]
-        if not v13:
-            wanted += ["VK_EXT_pipeline_creation_feedback", "VK_KHR_shader_integer_dot_product"]
-        wanted += ["VK_EXT_external_memory_host"]
-        if "VK_KHR_portability_subset" in info.extensions:
-            wanted.append("VK_KHR_portability_subset")  # required where present (MoltenVK)
-        self.enabled_extensions = [e for e in wanted if e in info.extensions]
+        self.enabled_extensions = enabled_device_extensions(info.extensions, info.api_version)
         f8 = fi8 = fdot = None
         if info.storage_buffer_8bit_access:
             f8 = keep.struct("VkPhysicalDevice8BitStorageFeatures", storageBuffer8BitAccess=1)

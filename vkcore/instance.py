@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import struct
 import threading
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -21,6 +22,46 @@ _VK_ERROR_INCOMPATIBLE_DRIVER = -9
 
 VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
 DEBUG_UTILS = "VK_EXT_debug_utils"
+# MoltenVK (and any other non-conformant "portability" driver) is only listed by a loader
+# when the instance enables this extension with this flag.
+PORTABILITY_ENUMERATION = "VK_KHR_portability_enumeration"
+ENUMERATE_PORTABILITY_BIT = 0x1  # VK_INSTANCE_CREATE_ENUMERATE_PORTABILITY_BIT_KHR
+# Required on a device that reports it (VUID-VkDeviceCreateInfo-pProperties-04451).
+PORTABILITY_SUBSET = "VK_KHR_portability_subset"
+_V12 = 1 << 22 | 2 << 12
+_V13 = 1 << 22 | 3 << 12
+
+
+def instance_extensions(available: Iterable[str], validation: bool) -> tuple[list[str], int]:
+    """The instance extensions to enable and the VkInstanceCreateInfo flags, from what the
+    loader offers: debug utils with validation, portability enumeration (with its flag)
+    wherever the loader offers it."""
+    names = [DEBUG_UTILS] if validation else []
+    flags = 0
+    if PORTABILITY_ENUMERATION in set(available):
+        names.append(PORTABILITY_ENUMERATION)
+        flags |= ENUMERATE_PORTABILITY_BIT
+    return names, flags
+
+
+def enabled_device_extensions(available: Iterable[str], api_version: int) -> list[str]:
+    """The device extensions vkcore enables, from those the device reports: what its API
+    version lacks in core (8-bit storage and int8 before 1.2; creation feedback and
+    integer dot product before 1.3), host-memory import, and the portability subset
+    wherever it is reported."""
+    offered = set(available)
+    wanted: list[str] = []
+    if api_version < _V12:
+        wanted += [
+            "VK_KHR_8bit_storage",
+            "VK_KHR_shader_float16_int8",
+            "VK_KHR_storage_buffer_storage_class",
+        ]
+    if api_version < _V13:
+        wanted += ["VK_EXT_pipeline_creation_feedback", "VK_KHR_shader_integer_dot_product"]
+    wanted += ["VK_EXT_external_memory_host", PORTABILITY_SUBSET]
+    return [e for e in wanted if e in offered]
+
 
 _TYPE_NAMES = {0: "other", 1: "integrated", 2: "discrete", 3: "virtual", 4: "cpu"}
 # Default choice order: discrete GPU, integrated, virtual, CPU (lavapipe), other.
@@ -175,7 +216,19 @@ class Instance:
         self._callback: Any = None
         self.messenger: Any = None
         self.handle: Any = None
+        self.enabled_extensions: list[str] = []  # as passed to vkCreateInstance
+        self.create_flags = 0
         self._create()
+
+    def _available_extensions(self) -> set[str]:
+        """Instance extensions the loader and its implicit layers offer."""
+        ffi, lib = self.ffi, self.lib
+        call = "vkEnumerateInstanceExtensionProperties"
+        count = ffi.new("uint32_t*")
+        vkapi.check(lib.vkEnumerateInstanceExtensionProperties(ffi.NULL, count, ffi.NULL), call)
+        props = ffi.new("VkExtensionProperties[]", count[0])
+        vkapi.check(lib.vkEnumerateInstanceExtensionProperties(ffi.NULL, count, props), call)
+        return {ffi.string(props[i].extensionName).decode() for i in range(count[0])}
 
     def _available_layers(self) -> set[str]:
         ffi, lib = self.ffi, self.lib
@@ -195,7 +248,7 @@ class Instance:
         ffi, lib = self.ffi, self.lib
         keep = vkapi.Keep()
         layers: list[str] = []
-        extensions: list[str] = []
+        extensions, flags = instance_extensions(self._available_extensions(), self.validation)
         messenger_info = None
         if self.validation:
             if VALIDATION_LAYER not in self._available_layers():
@@ -205,7 +258,6 @@ class Instance:
                     f"{VALIDATION_LAYER} is not installed (Debian: vulkan-validationlayers)",
                 )
             layers.append(VALIDATION_LAYER)
-            extensions.append(DEBUG_UTILS)
             self._callback = ffi.callback("PFN_vkDebugUtilsMessengerCallbackEXT", self._on_message)
             messenger_info = keep.struct(
                 "VkDebugUtilsMessengerCreateInfoEXT",
@@ -227,6 +279,7 @@ class Instance:
         info = keep.struct(
             "VkInstanceCreateInfo",
             pNext=messenger_info if messenger_info is not None else ffi.NULL,
+            flags=flags,
             pApplicationInfo=app,
             enabledLayerCount=len(layers),
             ppEnabledLayerNames=keep.strings(layers),
@@ -239,6 +292,7 @@ class Instance:
             raise VulkanError("vkCreateInstance", result, NO_DRIVER_HINT)
         vkapi.check(result, "vkCreateInstance")
         self.handle = handle[0]
+        self.enabled_extensions, self.create_flags = extensions, flags
         if messenger_info is not None:
             create = self.proc(
                 "vkCreateDebugUtilsMessengerEXT", "PFN_vkCreateDebugUtilsMessengerEXT"
