@@ -57,6 +57,9 @@ layout(push_constant) uniform Push {
 
 #define NEG_INF uintBitsToFloat(0xff800000u)
 #define QNAN uintBitsToFloat(0x7fc00000u)
+#ifndef LOG
+#define LOG 0
+#endif
 
 shared float sh_m[gl_WorkGroupSize.x];
 shared float sh_l[gl_WorkGroupSize.x];
@@ -147,30 +150,49 @@ void chunk_range(uint row, out uint begin, out uint end) {
     end = row * pc.n + min(start + pc.chunk, pc.n);
 }
 
-// y = exp(x - M) / L over [begin, end), with the documented non-finite answers.
-// M, L and bad are uniform in the workgroup, so each case is its own loop.
+// LOG == 0: y = exp(x - M) / L, multiplied by k = 1 / L.
+// LOG == 1: y = log_softmax(x) = (x - M) - log(L) with k = log(L); both roundings are at
+// most half an ulp of the result (|x - M| and log(L) are both at most |y|), and a -inf
+// entry gives -inf.
+#if LOG
+#define MASKED_ROW NEG_INF
+float row_factor(float L) { return log(L); }
+float written(float v, float M, float k) { return (v - M) - k; }
+vec4 written(vec4 v, float M, float k) { return (v - M) - k; }
+#else
+#define MASKED_ROW 0.0
+// 1/L from one Newton step on the division (Vulkan allows 2.5 ulp for 1.0 / L).
+float row_factor(float L) {
+    float q = 1.0 / L;
+    precise float inv = fma(q, fma(-L, q, 1.0), q);
+    return inv;
+}
+float written(float v, float M, float k) { return shifted_exp(v, M) * k; }
+vec4 written(vec4 v, float M, float k) { return shifted_exp(v, M) * k; }
+#endif
+
+// The output (probabilities or their logarithms) over [begin, end), with the documented
+// non-finite answers. M, L and bad are uniform in the workgroup, so each case is its own loop.
 void write_probabilities(uint begin, uint end, float M, float L, uint bad) {
     uint step = gl_WorkGroupSize.x;
     uint first = begin + gl_LocalInvocationID.x;
     if (bad != 0u) {
         for (uint i = first; i < end; i += step) y[i] = VT(QNAN);
-    } else if (M == NEG_INF) {
-        for (uint i = first; i < end; i += step) y[i] = VT(0.0);
+    } else if (M == NEG_INF) {  // every entry masked: probability 0, logarithm -inf
+        for (uint i = first; i < end; i += step) y[i] = VT(MASKED_ROW);
     } else {
-        // 1/L from one Newton step on the division (Vulkan allows 2.5 ulp for 1.0 / L).
-        float q = 1.0 / L;
-        precise float inv = fma(q, fma(-L, q, 1.0), q);
+        float k = row_factor(L);
         uint i = first;
         // Four loads before four stores: a store between two loads keeps the next load
         // waiting (the compiler cannot tell the buffers apart); measured 10-20% faster.
         for (; i + 3u * step < end; i += 4u * step) {
             VT a0 = X(i), a1 = X(i + step), a2 = X(i + 2u * step), a3 = X(i + 3u * step);
-            y[i] = shifted_exp(a0, M) * inv;
-            y[i + step] = shifted_exp(a1, M) * inv;
-            y[i + 2u * step] = shifted_exp(a2, M) * inv;
-            y[i + 3u * step] = shifted_exp(a3, M) * inv;
+            y[i] = written(a0, M, k);
+            y[i + step] = written(a1, M, k);
+            y[i + 2u * step] = written(a2, M, k);
+            y[i + 3u * step] = written(a3, M, k);
         }
-        for (; i < end; i += step) y[i] = shifted_exp(X(i), M) * inv;  // up to three steps
+        for (; i < end; i += step) y[i] = written(X(i), M, k);  // up to three steps
     }
 }
 

@@ -124,10 +124,8 @@ def test_other_float_dtypes_become_float32(device, rng, dtype):
     check_accuracy(y, x.astype(np.float32))
 
 
-@pytest.mark.parametrize(
-    "bad", [np.arange(4), np.ones(3, bool), np.ones(3, np.complex64), np.array([object()])]
-)
-def test_non_float_dtypes_are_type_errors(device, bad):
+@pytest.mark.parametrize("bad", [np.ones(3, bool), np.ones(3, np.complex64), np.array([object()])])
+def test_non_numeric_dtypes_are_type_errors(device, bad):
     with pytest.raises(TypeError, match="x must"):
         vkcore.softmax(bad, device=device)
 
@@ -174,7 +172,7 @@ def test_tensor_in_tensor_out(device, rng):
     check_accuracy(y.numpy(), x)
     with pytest.raises(TypeError, match="float32 Tensor"):
         vkcore.softmax(vkcore.asarray(x.astype(np.float16), device=device))
-    with pytest.raises(ValueError, match="last axis"):
+    with pytest.raises(ValueError, match="last axes"):
         vkcore.softmax(t, axis=0)
 
 

@@ -9,7 +9,7 @@ from .errors import ValidationError, VulkanError
 from .instance import DeviceInfo
 from .kernels.matvec import F32Matrix, matvec, matvec_f32
 from .kernels.quant import QuantizedTensor, dequantize, quantize
-from .kernels.softmax import softmax
+from .kernels.softmax import log_softmax, softmax
 from .memory import Tensor, asarray
 from .quant_report import QuantError, quant_error
 
@@ -28,6 +28,7 @@ __all__ = [
     "default_device",
     "dequantize",
     "devices",
+    "log_softmax",
     "matvec",
     "matvec_f32",
     "quant_error",

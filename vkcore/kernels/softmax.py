@@ -1,13 +1,19 @@
-"""Softmax over the last axis: online (two passes over the data) or safe (three passes).
+"""Softmax and log-softmax over a set of axes: online (two passes over the data) or safe
+(three passes).
 
-Semantics, identical for both algorithms and for :func:`vkcore.reference.softmax`:
+Semantics, identical for both algorithms and for :mod:`vkcore.reference`:
 
-* computed in float32; float16/float64 input is converted, the result is float32;
-* ``-inf`` entries give exactly 0 (masking); a row of only ``-inf`` gives all zeros;
+* computed in float32; float16/float64 and integer input is converted, the result is
+  float32 (integers beyond 2^24 in magnitude round in that conversion);
+* ``axis`` is an int, a tuple of ints or None (see :mod:`vkcore.kernels.axes`); the
+  kernels see rows, the chosen axes flattened last;
+* ``-inf`` entries give exactly 0 (log: ``-inf``); a row of only ``-inf`` gives all zeros
+  (log: all ``-inf``);
 * a NaN or ``+inf`` anywhere in a row makes that whole row NaN, and no other row;
 * zero rows or a zero-length axis give an empty float32 result without a dispatch.
 
-Accuracy against a float64 reference: max abs error <= 1e-6, rows sum to 1 within 1e-5,
+log_softmax is within 1e-6 + 1e-6 |y| of a float64 reference. Softmax accuracy against a
+float64 reference: max abs error <= 1e-6, rows sum to 1 within 1e-5,
 for both algorithms and any order of the input (tests/test_softmax_accuracy.py). The online
 kernel does not rescale its sum each time the maximum grows (each rescale adds one exp's
 error, and an ascending row grows it at every step): it sums exp(x - r) against a reference
@@ -22,6 +28,7 @@ before each piece is written (:func:`_softmax_split`).
 
 from __future__ import annotations
 
+import math
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -34,15 +41,19 @@ from ..device import Device, per_device_map, resolve
 from ..memory import Buffer, HostBuffer, Tensor, buffer_pool, can_import_host, host_pool
 from ..pipeline import Pipeline
 from . import _common as c
+from . import axes
 
 ALGORITHMS = ("online", "safe")
 # Every shader variant _dispatches can request (precompiled into the wheel).
-spirv.register_variants(
-    "softmax_online.comp", spirv.define_grid(STAGE=[0, 1, 2], VEC4=[0, 1], TEXEL=[0, 1])
-)
-spirv.register_variants(
-    "softmax_safe.comp", spirv.define_grid(STAGE=[0, 1, 2, 3], VEC4=[0, 1], TEXEL=[0, 1])
-)
+# Stages that write the output also come as LOG=1 (log_softmax); the others only as LOG=0.
+_STAGES = {"online": [0, 1, 2], "safe": [0, 1, 2, 3]}
+_WRITE_STAGES = {"online": [0, 2], "safe": [0, 3]}
+for _alg in ALGORITHMS:
+    for _log, _stages in ((0, _STAGES[_alg]), (1, _WRITE_STAGES[_alg])):
+        spirv.register_variants(
+            f"softmax_{_alg}.comp",
+            spirv.define_grid(STAGE=_stages, VEC4=[0, 1], TEXEL=[0, 1], LOG=[_log]),
+        )
 spirv.register_variants("softmax_roofline.comp", spirv.define_grid(TEXEL=[0, 1]))
 # numpy arrays at least this large are imported as buffers instead of copied (measured on
 # lavapipe: an import costs ~40 us, copying 1 MiB in and out ~100-200 us).
@@ -124,19 +135,22 @@ def _cached_plan(device: Device, rows: int, n: int) -> Plan:
 
 
 _pipes: weakref.WeakKeyDictionary[
-    Device, dict[tuple[str, int, bool, int, str | None], Pipeline]
+    Device, dict[tuple[str, int, bool, int, str | None, bool], Pipeline]
 ] = per_device_map()
 
 
-def _pipeline(device: Device, shader: str, stage: int, p: Plan, texel: str | None) -> Pipeline:
+def _pipeline(
+    device: Device, shader: str, stage: int, p: Plan, texel: str | None, log: bool
+) -> Pipeline:
     """device.pipeline() for one softmax variant, memoized per device (saves the key work)."""
     table = _pipes.setdefault(device, {})
-    key = (shader, stage, p.vec4, p.workgroup, texel)
+    key = (shader, stage, p.vec4, p.workgroup, texel, log)
     pipe = table.get(key)
     if pipe is None or pipe.handle is None:
+        defines = {"STAGE": stage, "VEC4": int(p.vec4), "TEXEL": int(texel is not None)}
         pipe = table[key] = device.pipeline(
             shader,
-            defines={"STAGE": stage, "VEC4": int(p.vec4), "TEXEL": int(texel is not None)},
+            defines={**defines, "LOG": int(log)},
             spec={0: p.workgroup},
             buffers=3,
             push_size=24,
@@ -147,7 +161,7 @@ def _pipeline(device: Device, shader: str, stage: int, p: Plan, texel: str | Non
 
 def _split_stages(algorithm: str) -> list[int]:
     """Shader stages of a split row: partial states, (safe: partial sums,) merge and write."""
-    return [1, 2] if algorithm == "online" else [1, 2, 3]
+    return _STAGES[algorithm][1:]
 
 
 def _dispatches(
@@ -162,9 +176,11 @@ def _dispatches(
     stages: list[int] | None = None,
     nparts: int | None = None,
     part0: int = 0,
+    log: bool = False,
 ) -> list[Dispatch]:
     """The dispatches of ``stages`` (default: all of them) for the rows of ``p``; a row's
-    states are parts ``part0 .. part0 + p.nchunks - 1`` of ``nparts`` (default p.nchunks)."""
+    states are parts ``part0 .. part0 + p.nchunks - 1`` of ``nparts`` (default p.nchunks).
+    ``log``: the writing stages write log_softmax."""
     shader = f"softmax_{algorithm}.comp"
     if stages is None:
         stages = [0] if p.nchunks == 1 else _split_stages(algorithm)
@@ -172,7 +188,7 @@ def _dispatches(
     steps = []
     texel = c.texel_format(device, x, "rgba32f" if p.vec4 else "r32f")
     for stage in stages:
-        pipe = _pipeline(device, shader, stage, p, texel)
+        pipe = _pipeline(device, shader, stage, p, texel, log and stage in _WRITE_STAGES[algorithm])
         for first in range(0, p.rows, max_rows):
             count = min(max_rows, p.rows - first)
             push = c.pack_u32(p.units, first, p.chunk, nparts or p.nchunks, x_offset, part0)
@@ -182,51 +198,112 @@ def _dispatches(
 
 
 def softmax(
-    x: Any, axis: int = -1, *, algorithm: str = "online", device: Device | None = None
+    x: Any,
+    axis: Any = -1,
+    *,
+    algorithm: str = "online",
+    out: Any = None,
+    device: Device | None = None,
 ) -> Any:
-    """Softmax of ``x`` along ``axis``; numpy in, numpy out (Tensor in, Tensor out).
+    """Softmax of ``x`` over ``axis``; numpy in, numpy out (Tensor in, Tensor out).
 
+    ``axis`` is an int, a tuple of distinct ints (those axes normalized together) or None
+    (the whole array); the default -1 is PyTorch's habit (scipy's default is None).
     ``algorithm`` is ``"online"`` (running max and sum in one pass, then a write pass) or
-    ``"safe"`` (max pass, sum pass, write pass). See the module docstring for semantics.
+    ``"safe"`` (max pass, sum pass, write pass). ``out``, a C-contiguous float32 array (or
+    Tensor) of ``x``'s shape, receives the result and is returned; it may be ``x`` itself.
+    See the module docstring for semantics.
     """
+    return _normalized(x, axis, algorithm, out, device, log=False)
+
+
+def log_softmax(
+    x: Any,
+    axis: Any = -1,
+    *,
+    algorithm: str = "online",
+    out: Any = None,
+    device: Device | None = None,
+) -> Any:
+    """``x - m - log(l)`` over ``axis``, from the same statistics pass as :func:`softmax`
+    (one read for ``m`` and ``l``, one for the output). ``-inf`` entries give ``-inf``, an
+    all ``-inf`` row gives ``-inf`` everywhere (the log of its zero probabilities), a NaN
+    or ``+inf`` in a row makes the row NaN. Arguments as for :func:`softmax`."""
+    return _normalized(x, axis, algorithm, out, device, log=True)
+
+
+def _normalized(
+    x: Any, axis: Any, algorithm: str, out: Any, device: Device | None, log: bool
+) -> Any:
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
-    data = c.float_input(x, "x")
+    data = _input(x)
     ndim = len(data.shape)
     if ndim == 0:
         raise ValueError("x must have at least one dimension, got a 0-d array")
-    if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
-        raise TypeError(f"axis must be an int, got {type(axis).__name__}")
-    if not -ndim <= axis < ndim:
-        raise ValueError(f"axis {axis} is out of range for an array of {ndim} dimensions")
-    axis = int(axis) % ndim
+    row_axes = axes.normalize_axes(axis, ndim)
     if isinstance(data, Tensor):
         if device is not None and device is not data.device:
             raise ValueError("device must be the Tensor's own device (or None)")
-        if axis != ndim - 1:
-            raise ValueError("a Tensor softmax must use the last axis (axis=-1)")
-        return _softmax_tensor(data, algorithm)
+        if not axes.is_trailing(row_axes, ndim):
+            raise ValueError(
+                "a Tensor is normalized over its last axes only (axis=-1, a tuple of the "
+                f"last axes, or None), got axis={axis!r}"
+            )
+        return _softmax_tensor(data, len(row_axes), algorithm, log, _tensor_out(out, data))
     dev = resolve(device)
-    last = axis == ndim - 1
-    arr = c.as_float32(data if last else np.moveaxis(data, axis, -1))
-    if arr.nbytes > binding_bytes(dev):
-        out = c.result_array(dev, arr.shape)
-        flat_in, flat_out = arr.reshape(-1), out.reshape(-1)
-
-        def load(buf: Buffer, a: int, b: int) -> None:
-            buf.write(flat_in[a:b])
-
-        def store(buf: Buffer, a: int, b: int) -> None:
-            buf.read(flat_out[a:b])
-
-        _softmax_split(dev, arr.size // arr.shape[-1], arr.shape[-1], algorithm, load, store)
-    elif arr.size and _importable(dev, arr):
-        out = _softmax_imported(dev, arr, algorithm)
+    target = None if out is None else axes.check_out(out, data.shape)
+    rows, shape, restore = axes.as_rows(data, row_axes)
+    trailing = axes.is_trailing(row_axes, ndim)
+    if rows.nbytes > binding_bytes(dev):
+        result = target if target is not None and trailing else c.result_array(dev, shape)
+        _softmax_numpy_split(dev, rows, result.reshape(rows.shape), algorithm, log)
+    elif rows.size and _importable(dev, rows):
+        result = _softmax_imported(dev, rows, shape, algorithm, log)
     else:
-        out = c.result_array(dev, arr.shape)
-        if arr.size:
-            _softmax_numpy(dev, arr, out, algorithm)
-    return out if last else np.moveaxis(out, -1, axis)
+        # Written straight into ``out`` where its layout is the rows' own.
+        result = target if target is not None and trailing else c.result_array(dev, shape)
+        if rows.size:
+            _softmax_numpy(dev, rows, result.reshape(rows.shape), algorithm, log)
+    if target is None:
+        return restore(result)
+    if result is not target:
+        np.copyto(target, restore(result))
+    return target
+
+
+def _input(x: Any) -> np.ndarray | Tensor:
+    """A float32 Tensor, or an array of floats or integers (integers become float32, exact
+    up to 2^24 in magnitude); bool, complex and object input is a TypeError."""
+    if isinstance(x, Tensor) or x is None or isinstance(x, (str, bytes, dict, set)):
+        return c.float_input(x, "x")
+    try:
+        arr = np.asarray(x)
+    except (ValueError, TypeError) as exc:
+        raise TypeError(f"x must be array-like of numbers: {exc}") from None
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.float32)
+    if arr.dtype.kind != "f" or arr.dtype.itemsize > 8:
+        raise TypeError(
+            f"x must have a float16, float32 or float64 dtype or an integer dtype, got {arr.dtype}"
+        )
+    return arr
+
+
+def _tensor_out(out: Any, x: Tensor) -> Tensor | None:
+    """``out`` checked for a Tensor input: None, or a float32 Tensor like ``x``."""
+    if out is None:
+        return None
+    if not isinstance(out, Tensor):
+        raise TypeError(f"out must be a vkcore.Tensor for a Tensor x, got {type(out).__name__}")
+    if out.dtype != np.float32 or out.shape != x.shape or out.device is not x.device:
+        raise ValueError(
+            f"out must be a float32 Tensor of shape {x.shape} on x's device, got a "
+            f"{out.dtype} Tensor of shape {out.shape}"
+        )
+    if out.buffer is None:
+        raise ValueError("out was released")
+    return out
 
 
 def _importable(dev: Device, arr: np.ndarray) -> bool:
@@ -241,14 +318,17 @@ def _importable(dev: Device, arr: np.ndarray) -> bool:
     return -(-span // align) * align <= dev.info.max_storage_buffer_range
 
 
-def _softmax_imported(dev: Device, arr: np.ndarray, algorithm: str) -> np.ndarray:
-    """Softmax with no host copy: the input array's pages are imported as a buffer
-    (VK_EXT_external_memory_host) for the duration of the call, and the kernel writes the
-    result array of the host pool in place (its memory stays imported)."""
+def _softmax_imported(
+    dev: Device, arr: np.ndarray, shape: tuple[int, ...], algorithm: str, log: bool
+) -> np.ndarray:
+    """Softmax of the rows ``arr`` with no host copy: the input array's pages are imported
+    as a buffer (VK_EXT_external_memory_host) for the duration of the call, and the kernel
+    writes a result array of ``shape`` from the host pool in place (its memory stays
+    imported)."""
     n = arr.shape[-1]
     rows = arr.size // n
     p = _cached_plan(dev, rows, n)
-    out, y = host_pool(dev).empty(arr.shape, np.float32, imported=True)
+    out, y = host_pool(dev).empty(shape, np.float32, imported=True)
     assert y is not None  # can_import_host(dev) holds here
     pool = buffer_pool(dev)
     parts = c.dummy_buffer(dev)
@@ -257,7 +337,7 @@ def _softmax_imported(dev: Device, arr: np.ndarray, algorithm: str) -> np.ndarra
         if p.nchunks > 1:
             parts = pool.acquire(rows * p.nchunks * 16)
         offset = x.offset // (16 if p.vec4 else 4)
-        steps = _dispatches(dev, p, algorithm, x, y, parts, offset)
+        steps = _dispatches(dev, p, algorithm, x, y, parts, offset, log=log)
         dev.submitter.run(steps, read_seconds=False)
     finally:
         x.destroy()
@@ -266,7 +346,9 @@ def _softmax_imported(dev: Device, arr: np.ndarray, algorithm: str) -> np.ndarra
     return out
 
 
-def _softmax_numpy(dev: Device, arr: np.ndarray, out: np.ndarray, algorithm: str) -> None:
+def _softmax_numpy(
+    dev: Device, arr: np.ndarray, out: np.ndarray, algorithm: str, log: bool
+) -> None:
     """Softmax of the C-contiguous float32 ``arr`` into ``out`` through pooled buffers.
 
     A repeated call of the same shape gets the same buffers back from the device's pool,
@@ -288,30 +370,37 @@ def _softmax_numpy(dev: Device, arr: np.ndarray, out: np.ndarray, algorithm: str
             borrowed.append(parts)
         else:
             parts = c.dummy_buffer(dev)
-        dev.submitter.run(_dispatches(dev, p, algorithm, x, y, parts), read_seconds=False)
+        steps = _dispatches(dev, p, algorithm, x, y, parts, log=log)
+        dev.submitter.run(steps, read_seconds=False)
         y.read(out)
     finally:
         for buf in borrowed:
             pool.release(buf)
 
 
-def _softmax_tensor(x: Tensor, algorithm: str) -> Tensor:
+def _softmax_tensor(
+    x: Tensor, row_ndim: int, algorithm: str, log: bool, out: Tensor | None
+) -> Tensor:
+    """Rows of the last ``row_ndim`` axes of ``x``, into ``out`` (which may be ``x``:
+    every element is read by the invocation that writes it, before it writes it) or
+    into a new Tensor."""
     dev = x.device
-    n = x.shape[-1]
+    n = math.prod(x.shape[len(x.shape) - row_ndim :])
     rows = x.size // n if n else 0
     if rows == 0 or n == 0:
-        return Tensor.empty(x.shape, np.float32, dev)
+        return out if out is not None else Tensor.empty(x.shape, np.float32, dev)
     if x.nbytes > binding_bytes(dev):
-        return _softmax_tensor_split(x, algorithm)
+        return _softmax_tensor_split(x, rows, n, algorithm, log, out)
     p = _cached_plan(dev, rows, n)
     pool = buffer_pool(dev)
     # A leased output buffer goes back to the pool (pages already touched) when the
     # Tensor's buffer is destroyed or collected, instead of being freed.
-    y = Tensor(pool.lease(x.nbytes), x.shape, np.dtype(np.float32), dev)
+    y = out if out is not None else Tensor(pool.lease(x.nbytes), x.shape, np.dtype(np.float32), dev)
     assert x.buffer is not None and y.buffer is not None
     parts = pool.acquire(rows * p.nchunks * 16) if p.nchunks > 1 else c.dummy_buffer(dev)
     try:
-        dev.submitter.run(_dispatches(dev, p, algorithm, x.buffer, y.buffer, parts))
+        steps = _dispatches(dev, p, algorithm, x.buffer, y.buffer, parts, log=log)
+        dev.submitter.run(steps)
     finally:
         if p.nchunks > 1:
             pool.release(parts)
@@ -338,7 +427,7 @@ def _pieces(device: Device, n: int) -> list[tuple[int, int]]:
 
 
 def _softmax_split(
-    device: Device, rows: int, n: int, algorithm: str, load: Any, store: Any
+    device: Device, rows: int, n: int, algorithm: str, load: Any, store: Any, log: bool
 ) -> None:
     """Softmax of ``rows`` rows of ``n`` floats too large for one binding, a binding's worth
     at a time: ``load(buf, a, b)`` puts flat elements [a, b) of x into ``buf``,
@@ -355,13 +444,14 @@ def _softmax_split(
         per = max(1, limit // (n * 4))
         for r0 in range(0, rows, per):
             count = min(per, rows - r0)
-            _run_pieces(device, algorithm, [(r0 * n, (r0 + count) * n)], count, load, store, pool)
+            span = [(r0 * n, (r0 + count) * n)]
+            _run_pieces(device, algorithm, span, count, load, store, pool, log)
         return
     pieces = _pieces(device, n)
     for row in range(rows):
         base = row * n
         spans = [(base + a, base + b) for a, b in pieces]
-        _run_pieces(device, algorithm, spans, 1, load, store, pool)
+        _run_pieces(device, algorithm, spans, 1, load, store, pool, log)
 
 
 def _run_pieces(
@@ -372,6 +462,7 @@ def _run_pieces(
     load: Any,
     store: Any,
     pool: Any,
+    log: bool,
 ) -> None:
     """One group of ``rows`` whole rows (one span) or the pieces of one row (many spans)."""
     most = max(b - a for a, b in spans) * 4
@@ -395,7 +486,16 @@ def _run_pieces(
             for (a, b), p in zip(spans, plans, strict=True):
                 load(x, a, b)
                 steps = _dispatches(
-                    device, p, algorithm, x, y, parts, stages=stages, nparts=nparts, part0=part0
+                    device,
+                    p,
+                    algorithm,
+                    x,
+                    y,
+                    parts,
+                    stages=stages,
+                    nparts=nparts,
+                    part0=part0,
+                    log=log,
                 )
                 device.submitter.run(steps, read_seconds=False)
                 if last:
@@ -406,11 +506,29 @@ def _run_pieces(
             pool.release(buf)
 
 
-def _softmax_tensor_split(x: Tensor, algorithm: str) -> Tensor:
+def _softmax_numpy_split(
+    dev: Device, arr: np.ndarray, out: np.ndarray, algorithm: str, log: bool
+) -> None:
+    """The rows ``arr`` (larger than one binding) into ``out``, a binding at a time."""
+    flat_in, flat_out = arr.reshape(-1), out.reshape(-1)
+
+    def load(buf: Buffer, a: int, b: int) -> None:
+        buf.write(flat_in[a:b])
+
+    def store(buf: Buffer, a: int, b: int) -> None:
+        buf.read(flat_out[a:b])
+
+    _softmax_split(dev, arr.shape[0], arr.shape[1], algorithm, load, store, log)
+
+
+def _softmax_tensor_split(
+    x: Tensor, rows: int, n: int, algorithm: str, log: bool, out: Tensor | None
+) -> Tensor:
     """Tensor in, Tensor out for a Tensor larger than one binding: pieces are copied on the
-    device into buffers of at most one binding and the results copied back."""
+    device into buffers of at most one binding and the results copied back (into ``out``,
+    which may be ``x``: each piece is loaded for the last time before its result is stored)."""
     dev = x.device
-    y = Tensor.empty(x.shape, np.float32, dev)
+    y = out if out is not None else Tensor.empty(x.shape, np.float32, dev)
     assert x.buffer is not None and y.buffer is not None
     src, dst = x.buffer, y.buffer
 
@@ -422,7 +540,7 @@ def _softmax_tensor_split(x: Tensor, algorithm: str) -> Tensor:
         with dev.lock:
             dev.submitter._copy(buf, 0, dst, a * 4, (b - a) * 4)
 
-    _softmax_split(dev, x.size // x.shape[-1], x.shape[-1], algorithm, load, store)
+    _softmax_split(dev, rows, n, algorithm, load, store, log)
     return y
 
 
