@@ -61,6 +61,7 @@ def test_quick_json_has_every_comparison_and_sample(quick_json):
         "online_vs_safe_long",
         "softmax_vs_numpy_e2e",
         "softmax_vs_numpy_resident",
+        "log_softmax_vs_numpy",
         "tiny_overhead",
     }
     if quick_json["quant_kernels"]:
@@ -172,3 +173,23 @@ def test_a_device_without_timestamps_prints_na_for_device_time_rows(device, monk
     table = bench.format_table(result)
     assert "n/a" in table
     json.loads(bench.to_json(result))
+
+
+def test_log_softmax_baseline_is_a_log_softmax(monkeypatch):
+    """The baseline the bench times computes the same function (scipy or numpy fallback)."""
+    import builtins
+
+    from vkcore import reference
+
+    x = np.random.default_rng(3).standard_normal((4, 300)).astype(np.float32) * 10
+    real_import = builtins.__import__
+
+    def no_scipy(name, *args, **kwargs):
+        if name.startswith("scipy"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_scipy)
+    name, f = bench.numpy_log_softmax()
+    assert name.startswith("numpy")
+    np.testing.assert_allclose(f(x), reference.log_softmax(x), atol=2e-5, rtol=1e-6)

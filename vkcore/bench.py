@@ -46,6 +46,7 @@ TARGETS: dict[str, tuple[str, float, str]] = {
     "online_vs_safe_all": (">=", 0.95, "online vs safe softmax, every shape (worst)"),
     "softmax_vs_numpy_e2e": (">=", 2.0, "softmax vs numpy, 4096x4096, end to end"),
     "softmax_vs_numpy_resident": (">=", 3.0, "softmax vs numpy, 4096x4096, device-resident"),
+    "log_softmax_vs_numpy": (">=", 2.0, "log_softmax vs scipy/numpy, 4096x4096, end to end"),
     "int8_vs_fp32": (">=", 3.0, "INT8 weight-only matvec vs fp32 matvec kernel"),
     "int8_vs_blas": (">=", 1.0, "INT8 matvec vs numpy BLAS float32 matvec"),
     "quantize_vs_numpy": (">=", 3.0, "quantize vs numpy"),
@@ -281,6 +282,21 @@ def numpy_softmax(x: np.ndarray) -> np.ndarray:
     return e
 
 
+def numpy_log_softmax() -> tuple[str, Callable[[np.ndarray], np.ndarray]]:
+    """scipy.special.log_softmax where scipy is installed, else what a numpy user writes:
+    ``x - m - log(sum(exp(x - m)))``, float32 throughout."""
+    try:
+        from scipy.special import log_softmax as scipy_log_softmax
+    except ImportError:
+
+        def log_softmax(x: np.ndarray) -> np.ndarray:
+            shifted = x - x.max(axis=-1, keepdims=True)
+            return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+        return "numpy x - m - log(sum(exp))", log_softmax
+    return "scipy.special.log_softmax", partial(scipy_log_softmax, axis=-1)
+
+
 def numpy_quantize(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-channel symmetric int8 RTN in numpy: s = max|w| / 127, q = roundEven(w / s)."""
     s = np.abs(w).max(axis=1) / np.float32(127)
@@ -344,14 +360,20 @@ def softmax_vs_numpy(
     """numpy softmax against vkcore's, numpy in/out and then on resident tensors."""
     x = rng.standard_normal(shape, dtype=np.float32)
 
-    def against_numpy(group: str, title: str, candidate: Callable[[], Any]) -> Comparison:
-        base, cand, dev_s = side_by_side(lambda: numpy_softmax(x), candidate, repeats, device=dev)
+    def against_numpy(
+        group: str,
+        title: str,
+        candidate: Callable[[], Any],
+        baseline: Callable[[np.ndarray], Any] = numpy_softmax,
+        baseline_name: str = "numpy exp/sum",
+    ) -> Comparison:
+        base, cand, dev_s = side_by_side(lambda: baseline(x), candidate, repeats, device=dev)
         return Comparison(
             group,
             title,
             shape,
             "wall",
-            "numpy exp/sum",
+            baseline_name,
             "vkcore online",
             baseline_s=base,
             candidate_s=cand,
@@ -363,6 +385,14 @@ def softmax_vs_numpy(
         "softmax_vs_numpy_e2e",
         "softmax vs numpy (wall, numpy in/out)",
         lambda: vkcore.softmax(x, device=dev),
+    )
+    log_name, log_baseline = numpy_log_softmax()
+    yield against_numpy(
+        "log_softmax_vs_numpy",
+        "log_softmax vs scipy/numpy (wall, numpy in/out)",
+        lambda: vkcore.log_softmax(x, device=dev),
+        log_baseline,
+        log_name,
     )
     t = vkcore.asarray(x, device=dev)
 
@@ -581,7 +611,7 @@ def verdicts(comparisons: list[Comparison]) -> list[dict[str, Any]]:
     for group, (kind, target, title) in TARGETS.items():
         if group == "online_vs_safe_all":
             rows = [c for c in comparisons if c.group.startswith("online_vs_safe")]
-        elif group == "softmax_vs_numpy_e2e" or group == "softmax_vs_numpy_resident":
+        elif group in ("softmax_vs_numpy_e2e", "softmax_vs_numpy_resident"):
             rows = [c for c in comparisons if c.group == group and c.shape == (4096, 4096)]
         else:
             rows = [c for c in comparisons if c.group == group]
