@@ -43,6 +43,7 @@ def tour_softmax(device: vkcore.Device, rng: np.random.Generator) -> list[str]:
         x = (rng.standard_normal((rows, n)) * 5).astype(np.float32)
         x[0, :3] = -np.inf  # masked entries must come out as exactly 0
         expected = reference.softmax(x)
+        log_expected = reference.log_softmax(x)
         for algorithm in ("online", "safe"):
             got = vkcore.softmax(x, algorithm=algorithm, device=device)
             err = float(np.abs(got - expected).max())
@@ -50,6 +51,15 @@ def tour_softmax(device: vkcore.Device, rng: np.random.Generator) -> list[str]:
             assert err <= SOFTMAX_MAX_ABS_ERR, f"{case}: max |err| {err:.2e}"
             assert np.all(got[0, :3] == 0), f"{case}: masked entries are not exactly 0"
             done.append(case)
+            if hasattr(vkcore, "log_softmax"):
+                got = vkcore.log_softmax(x, algorithm=algorithm, device=device)
+                case = f"log_softmax {algorithm} {rows}x{n}"
+                fin = np.isfinite(log_expected)
+                err_log = np.abs(got[fin] - log_expected[fin])
+                bound = SOFTMAX_MAX_ABS_ERR * (1 + np.abs(log_expected[fin]))
+                assert np.all(err_log <= bound), f"{case}: max |err| {err_log.max():.2e}"
+                assert np.all(got[0, :3] == -np.inf), f"{case}: masked entries are not -inf"
+                done.append(case)
     roofline_copy = getattr(softmax_kernels, "roofline_copy", None)
     if roofline_copy is not None:  # the bench's bandwidth probe: an exact copy
         x = rng.standard_normal(4096).astype(np.float32)
