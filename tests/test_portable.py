@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -85,6 +86,10 @@ def test_kernels_and_cache_round_trip_with_posix_parts_hidden(tmp_path):
     assert state["load"] == "missing" and state["saved"] is True and state["hidden"] == []
     assert list((root / "pipeline").glob("*.vkpc")) and list((root / "spirv").glob("*.spv"))
     assert not list((root / "pipeline").glob(cachefs.TEMP_PREFIX + "*"))
+    for path in root.rglob("*"):  # names every file system takes (no Windows-reserved ones)
+        rel = path.relative_to(root)
+        assert re.fullmatch(r"[A-Za-z0-9._-]+", path.name) and not path.name.endswith("."), rel
+        assert len(str(rel)) <= 120, rel  # leaves room for a root under Windows' MAX_PATH
     second = _run(code, root)
     assert second.returncode == 0, second.stderr
     assert json.loads(second.stdout.strip().splitlines()[-1])["load"] == "loaded"
