@@ -81,7 +81,7 @@ def test_any_stored_matvec_rows_gives_correct_results(device, clean, rng, value)
 
 # The kernel paths each choice steers, as (public function, mode) pairs.
 PATHS = {
-    "softmax_workgroup": {("softmax", "online"), ("softmax", "safe")},
+    "softmax_workgroup": {("softmax", "online"), ("softmax", "safe"), ("log_softmax", "online")},
     "matvec_rows": {("matvec", "float"), ("matvec", "int8"), ("matvec", "uint8")},
     "matvec_f32_rows": {("matvec_f32", "float32")},
     "quant_rows": {("quantize", "asymmetric"), ("dequantize", "")},
@@ -89,7 +89,7 @@ PATHS = {
 
 
 PATH_NAMES = {
-    "softmax_workgroup": {"online", "safe"},
+    "softmax_workgroup": {"online", "safe", "log_softmax"},
     "matvec_rows": {"float", "int8", "uint8"},
     "matvec_f32_rows": {"float32"},
     "quant_rows": {"quantize", "dequantize"},
@@ -110,6 +110,7 @@ def _counting(monkeypatch, device, seen):
         monkeypatch.setattr(vkcore, name, call)
 
     wrap("softmax", lambda kw: kw.get("algorithm", "online"))
+    wrap("log_softmax", lambda kw: kw.get("algorithm", "online"))
     wrap("matvec", lambda kw: kw.get("activations", "float"))
     wrap("matvec_f32", lambda kw: "float32")
     wrap("quantize", lambda kw: "symmetric" if kw.get("symmetric", True) else "asymmetric")
@@ -118,7 +119,7 @@ def _counting(monkeypatch, device, seen):
 
 def test_tune_times_every_path_each_choice_steers_with_every_candidate(device, clean, monkeypatch):
     """The quantize rows also drive dequantize, the INT8 matvec rows all three activation
-    modes, the softmax workgroup both algorithms: each candidate runs on each of them."""
+    modes, the softmax workgroup both algorithms and log_softmax: each candidate runs on each."""
     seen = []
     _counting(monkeypatch, device, seen)
     repeats = 2

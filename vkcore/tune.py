@@ -9,7 +9,7 @@ Parameters whose best value differs between devices:
 * ``quant_rows``: rows per quantize/dequantize invocation.
 
 ``tune(device)`` times each candidate value on every kernel path it steers (the softmax
-workgroup: the online and safe softmax; the INT8 rows: the float, int8 and uint8
+workgroup: the online and safe softmax and log_softmax; the INT8 rows: the float, int8 and uint8
 activation modes; the quantize rows: quantize and dequantize), takes each path's median,
 and stores the value with the smallest sum over its paths beside the pipeline cache, in
 ``<cache root>/pipeline/<pipeline-cache file name>.tune.json``: the same key as the
@@ -262,7 +262,10 @@ def _paths(
         if name == "softmax_workgroup":
             x = vkcore.asarray(rng.standard_normal(shape, dtype=np.float32), device=device)
             held.append(x)
-            yield {a: functools.partial(_softmax, x, a) for a in ("online", "safe")}
+            paths = {a: functools.partial(_softmax, x, a) for a in ("online", "safe")}
+            # log_softmax's write stage is its own variant; its safe form differs from the
+            # online one as softmax's does, so one algorithm suffices there.
+            yield {**paths, "log_softmax": functools.partial(_softmax, x, "online", log=True)}
             return
         w = (rng.standard_normal(shape, dtype=np.float32) * 0.05).astype(np.float32)
         xv = rng.standard_normal(shape[1], dtype=np.float32)
@@ -286,10 +289,10 @@ def _paths(
             _free(obj)
 
 
-def _softmax(x: Any, algorithm: str) -> None:
+def _softmax(x: Any, algorithm: str, log: bool = False) -> None:
     import vkcore
 
-    _free(vkcore.softmax(x, algorithm=algorithm))
+    _free((vkcore.log_softmax if log else vkcore.softmax)(x, algorithm=algorithm))
 
 
 def _matvec(qt: Any, x: np.ndarray, activations: str) -> None:
