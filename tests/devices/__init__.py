@@ -1,26 +1,44 @@
 """Recorded properties of real Vulkan devices (one JSON file each, naming its source report).
 
 ``load(name)`` returns the parsed file; ``memory(record)`` its memory types and heaps as
-:mod:`vkcore.placement` plain data; ``NAMES`` lists every recorded device.
+:mod:`vkcore.placement` plain data; ``device_info(record)`` a :class:`vkcore.DeviceInfo`
+(fields the report lacks are 0, False or empty: unknown, never guessed); ``NAMES`` lists
+every recorded device.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
 from vkcore import placement
+from vkcore.device import Device
+from vkcore.instance import STAGE_COMPUTE, SUBGROUP_ARITHMETIC, SUBGROUP_BASIC, DeviceInfo
 
 HERE = Path(__file__).resolve().parent
 NAMES = sorted(p.stem for p in HERE.glob("*.json"))
+
+_TYPES = {"DISCRETE_GPU": "discrete", "INTEGRATED_GPU": "integrated", "CPU": "cpu"}
+_DRIVERS = {
+    "DRIVER_ID_MESA_RADV": 3,
+    "DRIVER_ID_NVIDIA_PROPRIETARY": 4,
+    "DRIVER_ID_INTEL_OPEN_SOURCE_MESA": 6,
+    "DRIVER_ID_MOLTENVK": 14,
+}
+_SUBGROUP_OPS = {"BASIC": SUBGROUP_BASIC, "VOTE": 0x2, "ARITHMETIC": SUBGROUP_ARITHMETIC}
+_SUBGROUP_OPS |= {"BALLOT": 0x8, "SHUFFLE": 0x10, "SHUFFLE_RELATIVE": 0x20, "CLUSTERED": 0x40}
+_SUBGROUP_OPS |= {"QUAD": 0x80}
 
 
 def load(name: str) -> dict[str, Any]:
     return json.loads((HERE / f"{name}.json").read_text())
 
 
-def memory(record: dict[str, Any]) -> tuple[list[placement.MemoryType], list[placement.MemoryHeap]]:
+def memory(
+    record: dict[str, Any],
+) -> tuple[list[placement.MemoryType], list[placement.MemoryHeap]]:
     heaps = [
         placement.MemoryHeap(
             h["size"], placement.HEAP_DEVICE_LOCAL if "DEVICE_LOCAL" in h["flags"] else 0
@@ -32,3 +50,92 @@ def memory(record: dict[str, Any]) -> tuple[list[placement.MemoryType], list[pla
         for i, t in enumerate(record["memory_types"])
     ]
     return types, heaps
+
+
+def _api(text: str) -> int:
+    major, minor, patch = (int(v) for v in text.split("."))
+    return major << 22 | minor << 12 | patch
+
+
+def _bits(names: list[str], table: dict[str, int]) -> int:
+    out = 0
+    for n in names:
+        out |= table.get(n, 0)
+    return out
+
+
+def device_info(record: dict[str, Any]) -> DeviceInfo:
+    lim, sub = record["limits"], record.get("subgroup", {})
+    feats = record.get("features", {})
+    size_control = record.get("subgroup_size_control", {})
+    floats = record.get("float_controls", {})
+    dot = record.get("integer_dot_product", {})
+    exts = frozenset(record.get("device_extensions", ()))
+    types, heaps = memory(record)
+    return DeviceInfo(
+        index=0,
+        name=record["device_name"],
+        device_type=_TYPES.get(record.get("device_type", ""), "other"),
+        vendor_id=record["vendor_id"],
+        device_id=record["device_id"],
+        driver_version=int(record.get("driver_version", 0)),
+        api_version=_api(record["api_version"]),
+        pipeline_cache_uuid=uuid.UUID(record["pipeline_cache_uuid"]).bytes,
+        device_uuid=uuid.UUID(record["device_uuid"]).bytes,
+        driver_id=_DRIVERS.get(record.get("driver_id", ""), 0),
+        driver_name=record.get("driver_name", ""),
+        driver_info=record.get("driver_info", ""),
+        subgroup_size=sub.get("subgroupSize", 0),
+        max_storage_buffer_range=lim["maxStorageBufferRange"],
+        max_memory_allocation_size=0,
+        max_compute_work_group_count=tuple(lim["maxComputeWorkGroupCount"]),
+        max_compute_work_group_size=tuple(lim["maxComputeWorkGroupSize"]),
+        max_compute_work_group_invocations=lim["maxComputeWorkGroupInvocations"],
+        max_push_constants_size=lim.get("maxPushConstantsSize", 128),
+        min_storage_buffer_offset_alignment=lim.get("minStorageBufferOffsetAlignment", 256),
+        timestamp_period=float(lim.get("timestampPeriod", 0.0)),
+        timestamp_compute_and_graphics=bool(lim.get("timestampComputeAndGraphics", False)),
+        shader_int8=bool(feats.get("shaderInt8", False)),
+        storage_buffer_8bit_access=bool(feats.get("storageBuffer8BitAccess", False)),
+        integer_dot_product=bool(feats.get("shaderIntegerDotProduct", False)),
+        integer_dot_product_8bit_accelerated=bool(
+            dot.get("integerDotProduct4x8BitPackedSignedAccelerated")
+            or dot.get("integerDotProduct8BitSignedAccelerated")
+        ),
+        external_memory_host="VK_EXT_external_memory_host" in exts,
+        min_imported_host_pointer_alignment=record.get("external_memory_host", {}).get(
+            "minImportedHostPointerAlignment", 0
+        ),
+        pipeline_creation_feedback="VK_EXT_pipeline_creation_feedback" in exts,
+        extensions=exts,
+        max_texel_buffer_elements=lim.get("maxTexelBufferElements", 0),
+        texel_formats=frozenset(),  # vulkaninfo's text report has no format table
+        memory_heaps=tuple((h.size, h.flags) for h in heaps),
+        memory_types=tuple((t.flags, t.heap_index) for t in types),
+        non_coherent_atom_size=lim.get("nonCoherentAtomSize", 0),
+        max_compute_shared_memory_size=lim.get("maxComputeSharedMemorySize", 0),
+        subgroup_supported_operations=_bits(sub.get("supportedOperations", []), _SUBGROUP_OPS),
+        subgroup_supported_stages=STAGE_COMPUTE
+        if "COMPUTE" in sub.get("supportedStages", [])
+        else 0,
+        subgroup_size_control=bool(feats.get("subgroupSizeControl", False)),
+        min_subgroup_size=size_control.get("minSubgroupSize", 0),
+        max_subgroup_size=size_control.get("maxSubgroupSize", 0),
+        rounding_mode_rte_float32=bool(floats.get("shaderRoundingModeRTEFloat32", False)),
+        denorm_preserve_float32=bool(floats.get("shaderDenormPreserveFloat32", False)),
+        denorm_flush_to_zero_float32=bool(floats.get("shaderDenormFlushToZeroFloat32", False)),
+    )
+
+
+class RecordedDevice(Device):
+    """A Device with no Vulkan objects, for decisions that read only ``device.info`` (and
+    keep per-device state): it is never opened, so there is nothing to close."""
+
+    def __init__(self, name: str) -> None:  # noqa: D107 - deliberately not Device.__init__
+        self.name = name
+        self.info = device_info(load(name))
+        self._state: dict[Any, Any] = {}
+        self._closed = True
+
+    def __repr__(self) -> str:
+        return f"<recorded {self.name}>"

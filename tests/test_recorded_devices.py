@@ -1,0 +1,146 @@
+"""Every decision vkcore makes from device properties, made for recorded real devices
+(tests/devices/*.json) and checked to be legal there and sensible.
+
+The decisions read only ``device.info``; :class:`devices.RecordedDevice` supplies it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+from devices import NAMES, RecordedDevice
+
+from vkcore import placement, tune
+from vkcore.kernels import _common as c
+from vkcore.kernels import matvec as mv
+from vkcore.kernels import quant as qk
+from vkcore.kernels import softmax as sm
+from vkcore.pipeline_cache import CacheKey
+
+DEVICES = [RecordedDevice(n) for n in NAMES]
+SHAPES = [(1, 1), (1, 4096), (64, 4096), (4096, 4096), (1, 1 << 22), (70_000, 3), (8, 1 << 20)]
+
+
+def _workgroup_ok(info, size):
+    return (
+        1
+        <= size
+        <= min(info.max_compute_work_group_size[0], info.max_compute_work_group_invocations)
+    )
+
+
+@pytest.fixture(params=DEVICES, ids=NAMES)
+def dev(request):
+    return request.param
+
+
+def test_the_recordings_are_complete_enough(dev):
+    info = dev.info
+    assert info.memory_heaps and info.memory_types and info.subgroup_size >= 1
+    assert all(v > 0 for v in info.max_compute_work_group_count)
+    assert info.max_storage_buffer_range >= 1 << 27  # the Vulkan minimum
+    assert info.max_compute_shared_memory_size >= 16384
+
+
+@pytest.mark.parametrize("rows, n", SHAPES)
+def test_softmax_plan_is_legal(dev, rows, n):
+    p = sm.plan(dev, rows, n)
+    info = dev.info
+    assert _workgroup_ok(info, p.workgroup)
+    assert p.chunk % p.workgroup == 0 and p.chunk * p.nchunks >= p.units
+    assert (p.nchunks - 1) * p.chunk < p.units, "no workgroup without work"
+    assert p.nchunks <= info.max_compute_work_group_count[0]
+    steps = p.chunk // p.workgroup
+    assert steps <= sm.MAX_STEPS_PER_PASS
+    if not info.is_cpu:
+        assert p.workgroup >= min(64, info.subgroup_size), "a GPU workgroup of a few lanes"
+
+
+def test_softmax_workgroups_tune_may_store_are_legal(dev):
+    for size in tune.allowed(dev, "softmax_workgroup"):
+        assert _workgroup_ok(dev.info, size)
+        p = sm.plan(dev, 64, 4096, workgroup=size)
+        assert p.workgroup == size
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2, mv.MODE_F32])
+def test_matvec_launch_is_legal(dev, mode):
+    info = dev.info
+    wg = mv.workgroup_size(dev)
+    assert _workgroup_ok(info, wg)
+    rows = mv.rows_per_workgroup(dev, mode)
+    for m in (1, 37, 4096, 32000, 11008):
+        gx, gy, gz = mv._grid(dev, m, mode)
+        assert gx <= info.max_compute_work_group_count[0]
+        assert gy <= info.max_compute_work_group_count[1] and gz == 1
+        assert gx * gy * rows >= m, "every row has a workgroup"
+    for name in ("matvec_rows", "matvec_f32_rows"):
+        assert all(r >= 1 for r in tune.allowed(dev, name))
+
+
+def test_quantize_launch_and_splits_are_legal(dev):
+    info = dev.info
+    assert _workgroup_ok(info, qk._row_workgroup(dev))
+    assert _workgroup_ok(info, qk.WORKGROUP)
+    assert qk.quant_rows(dev) >= 1
+    for n in (100, 4096, 1 << 20):
+        rows = qk.rows_per_buffer(dev, 4 * n, "w")
+        assert rows * 4 * n <= info.max_storage_buffer_range, "one binding holds the rows"
+        assert (rows + 1) * 4 * n > info.max_storage_buffer_range or rows >= 1
+    assert qk.column_groups(dev, 4096) <= info.max_compute_work_group_count[0]
+    too_long = info.max_storage_buffer_range // 4 + 1
+    with pytest.raises(ValueError, match="binding limit"):
+        qk.rows_per_buffer(dev, 4 * too_long, "w")
+
+
+class _Sized:
+    def __init__(self, nbytes):
+        self.nbytes = nbytes
+
+
+def test_texel_eligibility_follows_the_device(dev, monkeypatch):
+    info = dev.info
+    # The text reports carry no format table: no texel reads unless a format is known.
+    assert c.texel_format(dev, _Sized(1 << 20), "rgba32f") is None
+    known = RecordedDevice(dev.name)
+    known.info = dataclasses.replace(info, texel_formats=frozenset({"rgba32f", "r32f"}))
+    monkeypatch.setenv("VKCORE_TEXEL", "1")
+    limit = info.max_texel_buffer_elements
+    assert c.texel_format(known, _Sized(16 * limit), "rgba32f") == "rgba32f"
+    assert c.texel_format(known, _Sized(16 * (limit + 1)), "rgba32f") is None
+    assert c.texel_format(known, _Sized(4 * (limit + 1)), "r32f") is None
+
+
+def test_binding_limit_checks_use_the_device_value(dev):
+    limit = dev.info.max_storage_buffer_range
+    c.check_binding_size(dev, limit, "x")
+    with pytest.raises(ValueError, match="maxStorageBufferRange"):
+        c.check_binding_size(dev, limit + 1, "x")
+    assert sm.binding_bytes(dev) == limit
+
+
+def test_pipeline_cache_keys_are_distinct_and_named_by_identity():
+    keys = [CacheKey.from_info(d.info) for d in DEVICES]
+    names = [k.file_name() for k in keys]
+    assert len(set(names)) == len(names)
+    for d, name in zip(DEVICES, names, strict=True):
+        assert name.startswith(f"{d.info.vendor_id:04x}-{d.info.device_id:04x}-")
+        assert d.info.pipeline_cache_uuid.hex() in name
+    # A driver update (driverVersion) gives another key on the same device.
+    other = dataclasses.replace(DEVICES[0].info, driver_version=DEVICES[0].info.driver_version + 1)
+    assert CacheKey.from_info(other).file_name() != names[0]
+
+
+def test_memory_placement_from_device_info(dev):
+    types = [placement.MemoryType(i, f, h) for i, (f, h) in enumerate(dev.info.memory_types)]
+    heaps = [placement.MemoryHeap(s, f) for s, f in dev.info.memory_heaps]
+    resident = placement.place(types, heaps, "resident").preferred
+    flags = types[resident.type_index].flags
+    assert flags & placement.DEVICE_LOCAL
+    if dev.info.device_type == "discrete":
+        assert not resident.mapped
+    else:
+        assert resident.mapped
+    assert math.isfinite(placement.main_heap_size(types, heaps))
