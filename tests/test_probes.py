@@ -27,3 +27,19 @@ def test_blas_spin_and_dequantize_probes_time_both_sides(device):
     assert "first touch costs" in text
     assert "right after numpy W @ x" in text
     assert "dequantize 64x256" in text
+
+
+def test_softmax_pass_probe_times_every_pass_of_both_algorithms(device):
+    r = probes.softmax_passes(device, 1, shape=(64, 1024))
+    assert list(r["online"]) == ["statistics", "write"]
+    assert list(r["safe"]) == ["max", "sum", "write"]
+    assert _positive(*r["online"].values(), *r["safe"].values(), r["copy_ms"])
+    text = probes.format_probes([r])
+    assert "softmax online 64x1024, device ms per pass: statistics" in text
+    assert "copy kernel" in text
+
+
+def test_softmax_pass_probe_without_timestamps_says_na(device, monkeypatch):
+    monkeypatch.setattr(device.submitter, "timestamps", False)
+    r = probes.softmax_passes(device, 1, shape=(8, 256))
+    assert "n/a" in probes.format_probes([r])

@@ -8,13 +8,16 @@ command anyone can run:
   array filled a second time: the first-touch page faults that pooled results avoid;
 * ``blas_spin``: an INT8 matvec timed right after a numpy ``W @ x`` and after a rest:
   OpenBLAS worker threads keep spinning after a product and take the driver's cores;
-* ``dequantize``: ``vkcore.dequantize`` against numpy's ``s * (q - z)`` on one layer.
+* ``dequantize``: ``vkcore.dequantize`` against numpy's ``s * (q - z)`` on one layer;
+* ``softmax_passes``: the device time of every pass of both softmax algorithms, next to
+  a copy kernel with the same access pattern.
 
 Each probe alternates its two sides and reports medians of ``repeats`` samples.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -25,6 +28,7 @@ import numpy as np
 import vkcore
 
 from .device import Device
+from .kernels._common import ceil_div
 
 # OpenBLAS threads spin for about this long after a product (the bench rests this long).
 REST_SECONDS = 0.2
@@ -32,6 +36,11 @@ REST_SECONDS = 0.2
 
 def _median_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1e3
+
+
+def _ms(value: float) -> str:
+    """Milliseconds, or n/a where the device has no timestamps (NaN)."""
+    return f"{value:.2f}" if math.isfinite(value) else "n/a"
 
 
 def _minor_faults() -> int | None:
@@ -137,9 +146,62 @@ def dequantize(dev: Device, repeats: int, shape: tuple[int, int] = (4096, 4096))
     }
 
 
+def softmax_passes(
+    dev: Device, repeats: int, shape: tuple[int, int] = (4096, 4096)
+) -> dict[str, Any]:
+    """Device time of each pass of both softmax algorithms over a resident input, and of
+    the copy kernel with the same access pattern (the most a pass can reach).
+
+    Each pass is its own submission: the rows are laid out as two workgroups per row (the
+    split-row stages, whose passes are separate dispatches), so the online statistics
+    pass, the safe max and sum passes and the write passes can be timed one by one.
+    """
+    from .kernels import softmax as sm
+
+    rows, n = shape
+    rng = np.random.default_rng(0)
+    x = vkcore.asarray(rng.standard_normal(shape, dtype=np.float32), device=dev)
+    y = vkcore.Tensor.empty(shape, np.float32, dev)
+    wg = sm.workgroup_size(dev)
+    base = sm.plan(dev, rows, n)
+    units = base.units
+    chunk = ceil_div(ceil_div(units, 2), wg) * wg
+    p = sm.Plan(rows, n, base.vec4, units, chunk, ceil_div(units, chunk), wg)
+    parts = vkcore.Tensor.empty((rows * p.nchunks * 4,), np.float32, dev)
+    names = {"online": ["statistics", "write"], "safe": ["max", "sum", "write"]}
+    out: dict[str, Any] = {"probe": "softmax_passes", "shape": list(shape)}
+    try:
+        assert x.buffer is not None and y.buffer is not None and parts.buffer is not None
+        samples: dict[str, list[list[float]]] = {a: [[] for _ in v] for a, v in names.items()}
+        for _ in range(repeats + 1):  # the first round warms up; algorithms alternate
+            for algorithm in names:
+                for k, stage in enumerate(sm._split_stages(algorithm)):
+                    steps = sm._dispatches(
+                        dev, p, algorithm, x.buffer, y.buffer, parts.buffer, stages=[stage]
+                    )
+                    samples[algorithm][k].append(dev.submitter.run(steps) or float("nan"))
+        for algorithm, labels in names.items():
+            out[algorithm] = {
+                label: _median_ms(ms[1:])
+                for label, ms in zip(labels, samples[algorithm], strict=True)
+            }
+        copies = [sm.roofline_copy(x, y) for _ in range(repeats + 1)][1:]
+        out["copy_ms"] = _median_ms([s or float("nan") for s in copies])
+    finally:
+        for t in (x, y, parts):
+            assert t.buffer is not None
+            t.buffer.destroy()
+    return out
+
+
 def run_probes(dev: Device, repeats: int = 7) -> list[dict[str, Any]]:
     """Every probe on ``dev``, in a fixed order."""
-    return [page_faults(repeats), blas_spin(dev, repeats), dequantize(dev, repeats)]
+    return [
+        page_faults(repeats),
+        blas_spin(dev, repeats),
+        dequantize(dev, repeats),
+        softmax_passes(dev, repeats),
+    ]
 
 
 def format_probes(results: list[dict[str, Any]]) -> str:
@@ -159,6 +221,13 @@ def format_probes(results: list[dict[str, Any]]) -> str:
                 f"right after numpy W @ x, {r['after_rest_ms']:.2f} ms after {r['rest_s']} s "
                 "of rest"
             )
+        elif r["probe"] == "softmax_passes":
+            shape = f"{r['shape'][0]}x{r['shape'][1]}"
+            for algorithm in ("online", "safe"):
+                passes = " + ".join(f"{k} {_ms(v)}" for k, v in r[algorithm].items())
+                total = _ms(sum(r[algorithm].values()))
+                lines.append(f"  softmax {algorithm} {shape}, device ms per pass: {passes} = {total}")
+            lines.append(f"  copy kernel, same access pattern, {shape}: {_ms(r['copy_ms'])} ms")
         elif r["probe"] == "dequantize":
             lines.append(
                 f"  dequantize {r['shape'][0]}x{r['shape'][1]}: vkcore {r['vkcore_ms']:.1f} ms, "
