@@ -226,7 +226,8 @@ def format_probes(results: list[dict[str, Any]]) -> str:
             for algorithm in ("online", "safe"):
                 passes = " + ".join(f"{k} {_ms(v)}" for k, v in r[algorithm].items())
                 total = _ms(sum(r[algorithm].values()))
-                lines.append(f"  softmax {algorithm} {shape}, device ms per pass: {passes} = {total}")
+                head = f"  softmax {algorithm} {shape}, device ms per pass"
+                lines.append(f"{head}: {passes} = {total}")
             lines.append(f"  copy kernel, same access pattern, {shape}: {_ms(r['copy_ms'])} ms")
         elif r["probe"] == "dequantize":
             lines.append(
