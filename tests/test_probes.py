@@ -43,3 +43,23 @@ def test_softmax_pass_probe_without_timestamps_says_na(device, monkeypatch):
     monkeypatch.setattr(device.submitter, "timestamps", False)
     r = probes.softmax_passes(device, 1, shape=(8, 256))
     assert "n/a" in probes.format_probes([r])
+
+
+def test_bench_probes_command_prints_every_probe(monkeypatch, capsys):
+    from vkcore.cli import main
+
+    page_faults, blas_spin = probes.page_faults, probes.blas_spin
+    dequantize, softmax_passes = probes.dequantize, probes.softmax_passes
+    small = {
+        "page_faults": lambda repeats: page_faults(repeats, nbytes=1 << 20),
+        "blas_spin": lambda dev, repeats: blas_spin(dev, repeats, shape=(64, 256)),
+        "dequantize": lambda dev, repeats: dequantize(dev, repeats, shape=(64, 256)),
+        "softmax_passes": lambda dev, repeats: softmax_passes(dev, repeats, (8, 512)),
+    }
+    for name, f in small.items():
+        monkeypatch.setattr(probes, name, f)
+    code = main(["bench", "--probes", "--repeats", "1"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    for text in ("first touch costs", "right after numpy W @ x", "dequantize 64x256", "per pass"):
+        assert text in out

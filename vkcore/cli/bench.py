@@ -1,11 +1,13 @@
-"""``vkcore bench``: kernels against their baselines; ``--quick``, ``--json``, ``--plot``."""
+"""``vkcore bench``: kernels against their baselines; ``--quick``, ``--json``, ``--plot``;
+``--probes`` for the measurements behind the README's explanations."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
-from .. import bench
+from .. import bench, probes
 from ..device import Device
 from ._args import output_file, positive_int
 
@@ -32,10 +34,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--check", action="store_true", help="exit 1 when a measured target is missed")
+    p.add_argument(
+        "--probes",
+        action="store_true",
+        help="only the probes behind the README's explanations (first-touch pages, OpenBLAS "
+        "spin, dequantize, softmax passes), not the comparisons",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.probes:
+        return run_probes(args)
     with Device(args.device) as dev:
         result = bench.run_bench(
             dev, quick=args.quick, repeats=args.repeats, progress=not args.no_progress
@@ -54,3 +64,14 @@ def run(args: argparse.Namespace) -> int:
     if result["errors"]:
         return 1  # a comparison could not run: say so in the exit status too
     return 1 if (args.check and missed) or status else 0
+
+
+def run_probes(args: argparse.Namespace) -> int:
+    with Device(args.device) as dev:
+        results = probes.run_probes(dev, repeats=args.repeats or 7)
+        header = f"device {dev.info.name}  driver {dev.info.driver_name} {dev.info.driver_info}"
+    if args.json:
+        print(json.dumps({"device": header, "probes": results}, indent=2))
+    else:
+        print(header + "\n" + probes.format_probes(results))
+    return 0
