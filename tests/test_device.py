@@ -105,20 +105,26 @@ def test_asarray_edge_inputs(device):
         vkcore.asarray(None, device=device)
 
 
-def test_asarray_float64_follows_the_kernels_rule(device, rng):
-    """float64 (arrays, Python floats, lists, byte-swapped) is stored as float32, as every
-    kernel converts it; a Tensor made from it gives the kernel's result bit for bit."""
+def test_asarray_64_bit_data_follows_the_kernels_rule(device, rng):
+    """float64 and 64-bit integers (arrays, Python floats and ints, lists, byte-swapped,
+    strided) are stored as float32, as every kernel converts them; a Tensor made from
+    them gives the kernel's result bit for bit."""
     x64 = rng.standard_normal((5, 300)) * 30
-    for data in (x64, x64.tolist(), x64.astype(">f8"), x64[:, ::-2], 2.5, [1.0, 2.0]):
+    i64 = rng.integers(-(2**40), 2**40, size=(3, 50))
+    inputs = (x64, x64.tolist(), x64.astype(">f8"), x64[:, ::-2], 2.5, [1.0, 2.0])
+    inputs += (i64, i64.tolist(), i64.astype(np.uint64) >> 20, [1000, 0, 0, 0], 7)
+    for data in inputs:
         t = vkcore.asarray(data, device=device)
-        want = np.asarray(data, dtype=np.float64).astype(np.float32)
+        want = np.asarray(data).astype(np.float32)
         assert t.dtype == np.float32 and t.shape == want.shape
         np.testing.assert_array_equal(t.numpy(), want)
-    from_tensor = vkcore.softmax(vkcore.asarray(x64, device=device)).numpy()
-    np.testing.assert_array_equal(from_tensor, vkcore.softmax(x64, device=device))
+    for data in (x64, i64, [1000, 0, 0, 0]):
+        from_tensor = vkcore.softmax(vkcore.asarray(data, device=device)).numpy()
+        np.testing.assert_array_equal(from_tensor, vkcore.softmax(data, device=device))
+    small = np.arange(-5, 5, dtype=np.int32)  # a Tensor holds 32-bit integers as they are
+    assert vkcore.asarray(small, device=device).dtype == np.int32
     for bad, match in (
-        (np.zeros(3, np.int64), "int64"),  # Python ints: pass dtype=np.int32
-        ([1, 2], "int64"),
+        (np.zeros(3, bool), "bool"),
         (np.zeros(3, np.complex128), "complex128"),
         (np.zeros(3, np.longdouble), "float128|longdouble"),
         ([[1.0], [2.0, 3.0]], "array-like"),
@@ -127,6 +133,8 @@ def test_asarray_float64_follows_the_kernels_rule(device, rng):
             vkcore.asarray(bad, device=device)
     with pytest.raises(TypeError, match="float64"):
         vkcore.asarray(x64, device=device, dtype=np.float64)  # asked for, not converted
+    with pytest.raises(TypeError, match="int64"):
+        vkcore.asarray(i64, device=device, dtype=np.int64)
     assert vkcore.asarray([1, 2], device=device, dtype=np.int32).dtype == np.int32
 
 

@@ -403,12 +403,12 @@ def _check_dtype(dt: np.dtype, name: str) -> np.dtype:
 def asarray(data: ArrayLike | Tensor, device: Device | None = None, dtype: Any = None) -> Tensor:
     """Upload an array to ``device`` (default device if None) as a :class:`Tensor`.
 
-    The dtype rule is the kernels' rule: float64 data (Python floats included) is stored
-    as float32, because every kernel computes in float32 and converts float64 input the
-    same way. Other dtypes must be one of ``TENSOR_DTYPES`` (float32, float16, int8,
-    uint8, int16, uint16, int32, uint32); anything else, and an explicit
-    ``dtype="float64"``, is a TypeError. Python ints give int64, also refused: pass
-    ``dtype=np.int32``.
+    The dtype rule is the kernels' rule for what a Tensor cannot hold: float64 and 64-bit
+    integer data (Python floats and ints included) is stored as float32, converted as
+    every kernel converts such input (integers beyond 2^24 in magnitude round). The
+    dtypes of ``TENSOR_DTYPES`` (float32, float16, int8, uint8, int16, uint16, int32,
+    uint32) are stored as they are. bool, complex, object and string data, and an
+    explicit ``dtype`` outside ``TENSOR_DTYPES`` (``dtype="float64"``), is a TypeError.
 
     A Tensor already on that device (and of that dtype) is returned as is. The input is
     never modified; non-contiguous and negative-stride views are copied first.
@@ -426,8 +426,8 @@ def asarray(data: ArrayLike | Tensor, device: Device | None = None, dtype: Any =
         arr = np.asarray(data, dtype=dtype)
     except ValueError as exc:  # ragged lists, unconvertible values
         raise TypeError(f"data must be array-like of numbers: {exc}") from None
-    if dtype is None and arr.dtype.kind == "f" and arr.dtype.itemsize == 8:
-        native = np.dtype(np.float32)  # float64 is computed in float32, as by the kernels
+    if dtype is None and arr.dtype.kind in "fiu" and arr.dtype.itemsize == 8:
+        native = np.dtype(np.float32)  # no 64-bit Tensors: converted as the kernels do
     else:
         native = _check_dtype(arr.dtype.newbyteorder("="), "data dtype")
     _check_allocation(dev, arr.size * native.itemsize, "data")  # before any host copy
