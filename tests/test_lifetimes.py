@@ -76,6 +76,24 @@ def test_dropped_devices_are_collected(vk_warnings):
     np.testing.assert_allclose(kept[-1], want, atol=1e-6, rtol=0)  # outlived its device
 
 
+def test_dropped_devices_do_not_pile_up_without_explicit_collection():
+    """Dropped devices wait for the cyclic collector; creating a device while a few are
+    open runs it, so a loop that drops devices never holds more than a few at once."""
+    from vkcore.device import _COLLECT_WHEN_OPEN
+
+    x = np.random.default_rng(12).standard_normal((4, 256)).astype(np.float32)
+    gc.collect()
+    refs, most = [], 0
+    for _ in range(3 * _COLLECT_WHEN_OPEN):
+        dev = vkcore.Device(pipeline_cache=False)
+        vkcore.softmax(x, device=dev)
+        vkcore.matvec(vkcore.quantize(x, device=dev), x[0])
+        refs.append(weakref.ref(dev))
+        del dev
+        most = max(most, sum(ref() is not None for ref in refs))
+    assert most <= _COLLECT_WHEN_OPEN + 1, f"{most} dropped devices alive at once"
+
+
 def test_collected_buffer_handles_are_freed_by_close(vk_warnings):
     """The collector clears weak references before it runs finalizers, so a device being
     collected with its buffers cannot reach them: it frees their recorded handles, and

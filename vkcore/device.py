@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import logging
 import operator
 import os
@@ -41,6 +42,10 @@ log = logging.getLogger("vkcore")
 
 # Descriptor pool size: sets are freed after each submission, so this bounds one call.
 _MAX_SETS = 1024
+# A dropped device is freed by the cyclic garbage collector (it and its objects refer to
+# each other), which may not run for a long time: creating a device while this many are
+# open runs it first, so a loop that drops devices keeps only a few alive at once.
+_COLLECT_WHEN_OPEN = 4
 
 
 _MISSING = object()
@@ -208,6 +213,8 @@ class Device:
         cache_dir: str | None = None,
     ) -> None:
         selector = check_selector(selector)
+        if len(_open_devices) >= _COLLECT_WHEN_OPEN:
+            gc.collect()  # frees dropped devices, with their driver memory, before a new one
         self.ffi, self.lib = vkapi.api()
         self.lock = threading.RLock()
         self.handle: Any = None
