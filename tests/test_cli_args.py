@@ -80,6 +80,8 @@ def bad_values(tmp_path):
         (["coldwarm", "--plot", str(folder)], "--plot"),
         (["coldwarm", "--kernels", "no-such-kernel"], "--kernels"),
         (["coldwarm", "--conditions", "lukewarm"], "--conditions"),
+        (["cache", "--dir", str(text), "ls"], "--dir"),
+        (["cache", "--dir", str(text), "clear"], "--dir"),
         (["tune", "--repeats", "0"], "--repeats"),
         (["tune", "--repeats", "-5"], "--repeats"),
         (["--device", "", "info"], "selector"),

@@ -67,6 +67,14 @@ def input_file(text: str) -> str:
     return str(path)
 
 
+def cache_folder(text: str) -> str:
+    """A folder that may not exist yet (an empty cache), but is not a file."""
+    path = Path(text).expanduser()
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"not a folder: {text!r}")
+    return str(path)
+
+
 def output_file(*suffixes: str, requires: str | None = None) -> Callable[[str], str]:
     """A file that can be written: one of ``suffixes``, not a folder, in an existing folder
     this user may write to (and, when the file exists, writable itself); ``requires``

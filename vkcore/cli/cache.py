@@ -20,6 +20,7 @@ from typing import Any
 from .. import cachefs, config, spirv, tune
 from .. import pipeline_cache as pc
 from ..instance import version_string
+from ._args import cache_folder
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,6 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--dir",
         default=None,
+        type=cache_folder,
         help="cache root (default: $VKCORE_CACHE_DIR, else $XDG_CACHE_HOME/vkcore)",
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION")
