@@ -7,6 +7,8 @@
 // driver's vectorized texture path on lavapipe. VEC 1 (row length a multiple of 4): the
 // block is written as four vec4 stores; VEC 0: as 16 float stores. Columns past the row
 // end (the padding of the last block) are not written.
+#extension GL_GOOGLE_include_directive : require
+#include "float_controls.glsl"
 layout(local_size_x_id = 0) in;
 // Rows per invocation: a specialization constant, so `vkcore tune` can choose it per device.
 layout(constant_id = 1) const uint ROWS = 4u;

@@ -22,6 +22,7 @@
 layout(local_size_x_id = 0) in;
 #extension GL_GOOGLE_include_directive : require
 #include "workgroup_reduce.glsl"
+#include "float_controls.glsl"  // RTE 1 only in the integer modes, whose y is promised exact
 // Rows per workgroup: a specialization constant, so `vkcore tune` can choose it per device.
 layout(constant_id = 1) const int ROWS = 16;
 
@@ -130,7 +131,9 @@ int group_of(uint row) { return int(row * pc.group_stride); }
 // Sum of the accumulator over the workgroup, for any workgroup size
 // (workgroup_reduce.glsl); valid in invocation 0.
 ACC_T workgroup_sum(ACC_T v, uint r) {
+#if SUBGROUP
     if (one_subgroup()) return subgroupAdd(v);
+#endif
     sh_acc[r][gl_LocalInvocationID.x] = v;
     barrier();
 #define SUM_SLOT(a, b) sh_acc[r][a] += sh_acc[r][b]

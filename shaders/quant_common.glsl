@@ -1,6 +1,9 @@
 // Exact round-to-nearest-even of a real quotient w / s, using only operations that the
 // Vulkan spec makes exact or correctly rounded (OpFMul, OpFAdd, OpFSub, ldexp, compares).
 // Division is only used for a candidate, which the exact comparisons then correct.
+// These integers do not depend on the rounding mode (products of at most 24 significant
+// bits are exact, and a rounded difference keeps the exact one's sign); the kernels still
+// request round-to-nearest-even where offered for their other float steps.
 //
 // Contract of exact_round(w, s): s is normalized into [1, 2), |w / s| < 1024, w normal or
 // zero. The result is the integer nearest to the real quotient w / s, ties to even.
@@ -9,6 +12,8 @@
 // (at most 11 significant bits), h * s_hi and h * s_lo are exact float32 products, and
 // w - h * s_hi is exact by Sterbenz's lemma whenever the comparison is close; when it is
 // not close, its rounding cannot change the sign of w - h * s.
+
+#include "float_controls.glsl"
 
 // Sign of w - h * s, exactly: -1, 0 or 1.
 int sign_of_residual(float w, float h, float s_hi, float s_lo) {

@@ -45,11 +45,14 @@ void main() {
         hi = max(hi, v);
     }
     // Any workgroup size (workgroup_reduce.glsl); every invocation gets the result.
+#if SUBGROUP
     if (one_subgroup()) {
         lo = subgroupMin(lo);
         hi = subgroupMax(hi);
         bad = subgroupOr(bad);
-    } else {
+    } else
+#endif
+    {
         sh_lo[lane] = lo; sh_hi[lane] = hi; sh_bad[lane] = bad;
         barrier();
         TREE_REDUCE(RANGE_SLOT)

@@ -42,7 +42,9 @@ shared uint sh_max[gl_WorkGroupSize.x];
 
 // Any workgroup size (workgroup_reduce.glsl); every invocation gets the maximum.
 uint workgroup_max(uint v) {
+#if SUBGROUP
     if (one_subgroup()) return subgroupMax(v);
+#endif
     sh_max[gl_LocalInvocationID.x] = v;
     barrier();
     TREE_REDUCE(MAX_SLOT)

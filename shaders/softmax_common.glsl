@@ -113,6 +113,7 @@ void kahan_scale(inout KahanSum k, float factor) { k.sum *= factor; k.carry *= f
 // Merge of the (m, l, bad) states of all invocations; every invocation gets the result.
 // The maximum first, then each sum rescaled to it once: one exp per state.
 void workgroup_merge(inout float m, inout float l, inout uint bad) {
+#if SUBGROUP
     if (one_subgroup()) {
         float M = subgroupMax(m);
         l = subgroupAdd(rescale(l, m, M));
@@ -120,6 +121,7 @@ void workgroup_merge(inout float m, inout float l, inout uint bad) {
         bad = subgroupOr(bad);
         return;
     }
+#endif
     uint me = gl_LocalInvocationID.x;
     sh_m[me] = m;
     sh_bad[me] = bad;

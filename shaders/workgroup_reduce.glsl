@@ -4,6 +4,15 @@
 // the subgroup size a driver picks. gl_NumSubgroups and gl_SubgroupID are not trusted
 // (lavapipe reports gl_NumSubgroups == 1 for a workgroup of 12 made of subgroups of 8
 // and 4), so the shared-memory path indexes slots by gl_LocalInvocationID only.
+//
+// SUBGROUP 1 (the default): a workgroup of one subgroup reduces with subgroup arithmetic.
+// SUBGROUP 0: shared memory only, for devices without subgroup arithmetic in compute
+// shaders (the host chooses: vkcore.kernels.variants); the SPIR-V then has no subgroup
+// capability at all. Call sites guard their subgroup branch with `#if SUBGROUP`.
+#ifndef SUBGROUP
+#define SUBGROUP 1
+#endif
+#if SUBGROUP
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 
@@ -11,6 +20,7 @@
 // alone reduce the workgroup, with no shared memory and no barrier. Uniform: if one
 // subgroup holds every invocation there is no other subgroup.
 bool one_subgroup() { return subgroupAdd(1u) == gl_WorkGroupSize.x; }
+#endif
 
 // First stride of a tree over gl_WorkGroupSize.x slots: the largest power of two below it.
 uint tree_top() {

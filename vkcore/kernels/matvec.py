@@ -37,12 +37,12 @@ from typing import Any
 
 import numpy as np
 
-from .. import spirv
 from ..commands import Dispatch
 from ..device import Device, resolve
 from ..memory import Buffer, Tensor, asarray, buffer_pool
 from . import _common as c
 from . import quant as _q
+from . import variants
 from .quant import (
     BLOCK,
     Chunk,
@@ -72,12 +72,15 @@ _STORAGE = ((1, 0), (0, 1))
 
 def rows_per_workgroup(device: Device, mode: int) -> int:
     """Rows per workgroup (specialization constant 1): the value ``vkcore tune`` stored for
-    this device, else ROWS (ROWS_F32 for the float32 kernel)."""
+    this device, else ROWS (ROWS_F32 for the float32 kernel), halved until the shader's
+    ``sh_acc[ROWS][workgroup]`` fits the device's shared memory (variants.fit_rows)."""
     from .. import tune
 
     if mode == MODE_F32:
-        return int(tune.choice(device, "matvec_f32_rows") or ROWS_F32)
-    return int(tune.choice(device, "matvec_rows") or ROWS)
+        rows = int(tune.choice(device, "matvec_f32_rows") or ROWS_F32)
+    else:
+        rows = int(tune.choice(device, "matvec_rows") or ROWS)
+    return variants.fit_rows(device.info, workgroup_size(device), rows)
 
 
 def _defines(mode: int, signed: bool, asym: bool, texel: bool) -> dict[str, int]:
@@ -89,18 +92,25 @@ def _defines(mode: int, signed: bool, asym: bool, texel: bool) -> dict[str, int]
     }
 
 
-# Every shader variant the functions below can request (precompiled into the wheel).
-spirv.register_variants(
-    "matvec.comp",
-    [
-        _defines(mode, bool(sg), bool(asym), texel)
-        for mode in (0, 1, 2, MODE_ROWSUM)
-        for sg, asym in _STORAGE
-        for texel in (True, False)
-    ]
-    + [_defines(MODE_F32, True, False, texel) for texel in (True, False)],
-)
-spirv.register_variants("quantize_act.comp", [{"ACT": 1}, {"ACT": 2}])
+def _exact(mode: int) -> bool:
+    """The integer-activation modes promise y bit for bit: their shaders request RTE."""
+    return mode in (MODES["int8"], MODES["uint8"])
+
+
+# Every shader variant the functions below can request (precompiled into the wheel), with
+# the device-dependent defines of variants.defines (every matvec mode reduces).
+for _mode in (0, 1, 2, MODE_ROWSUM, MODE_F32):
+    variants.register(
+        "matvec.comp",
+        [
+            _defines(_mode, bool(sg), bool(asym), texel)
+            for sg, asym in (((1, 0),) if _mode == MODE_F32 else _STORAGE)
+            for texel in (True, False)
+        ],
+        exact=_exact(_mode),
+        reduces=True,
+    )
+variants.register("quantize_act.comp", [{"ACT": 1}, {"ACT": 2}], exact=True, reduces=True)
 
 
 def max_exact_n(bits: int, symmetric: bool, activations: str) -> int:
@@ -450,7 +460,10 @@ def _pipeline(dev: Device, mode: int, signed: bool, asym: bool, texel: bool) -> 
             formats[4] = "rgba32ui"
     return dev.pipeline(
         "matvec.comp",
-        defines=_defines(mode, signed, asym, texel),
+        defines={
+            **_defines(mode, signed, asym, texel),
+            **variants.defines(dev.info, exact=_exact(mode), reduces=True),
+        },
         spec={0: workgroup_size(dev), 1: rows_per_workgroup(dev, mode)},
         buffers=_BUFFERS,
         push_size=28,
@@ -497,7 +510,11 @@ def _quantize_activations(
     out = qt.scratch_buffer("qx", 16 + 4 * words)
     activations = "int8" if mode == 1 else "uint8"
     pipe = dev.pipeline(
-        "quantize_act.comp", defines={"ACT": mode}, spec={0: ACT_WORKGROUP}, buffers=2, push_size=16
+        "quantize_act.comp",
+        defines={"ACT": mode, **variants.defines(dev.info, exact=True, reduces=True)},
+        spec={0: ACT_WORKGROUP},
+        buffers=2,
+        push_size=16,
     )
     push = c.pack_u32(n, words) + np.array([ACT_INV[activations], ACT_TINY], dtype="<f4").tobytes()
     steps.append(Dispatch(pipe, (xbuf, out), push, (1, 1, 1)))

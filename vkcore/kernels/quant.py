@@ -47,6 +47,7 @@ from ..commands import Dispatch
 from ..device import Device, resolve
 from ..memory import Buffer, HostBuffer, Tensor, buffer_pool, can_import_host, host_pool
 from . import _common as c
+from . import variants
 
 WORKGROUP = 64
 # Rows per quantize/dequantize invocation (fewer workgroups; on lavapipe 4 beats 2 and 8),
@@ -56,12 +57,18 @@ IMPORT_MIN_BYTES = 1 << 20  # smaller weights are copied: importing costs more t
 BLOCK = 16  # bytes per stored block of a row
 _TINY = np.float32(np.finfo(np.float32).tiny)
 _SMALLEST = np.float32(2.0**-149)
-spirv.register_variants(
+# Every variant these kernels can request, with the device-dependent defines of
+# variants.defines (RTE: all three promise exact results; SUBGROUP: quantize_rows reduces).
+variants.register(
     "quantize.comp",
     [{"VEC": v, "TEXEL": t} for v, t in ((1, 1), (1, 0), (0, 0))],
+    exact=True,
+    reduces=False,
 )
-spirv.register_variants("quantize_rows.comp", spirv.define_grid(TEXEL=[0, 1]))
-spirv.register_variants("dequantize.comp", spirv.define_grid(VEC=[0, 1], TEXEL=[0, 1]))
+variants.register("quantize_rows.comp", spirv.define_grid(TEXEL=[0, 1]), exact=True, reduces=True)
+variants.register(
+    "dequantize.comp", spirv.define_grid(VEC=[0, 1], TEXEL=[0, 1]), exact=True, reduces=False
+)
 _PARAMS = np.dtype([("s_norm", "<f4"), ("f1", "<f4"), ("f2", "<f4"), ("z", "<i4")])
 
 
@@ -441,12 +448,17 @@ class _QuantizeJob:
         dev.submitter.run(steps)
 
 
+def _device_defines(dev: Device, *, reduces: bool) -> dict[str, int]:
+    """RTE (and SUBGROUP for the reducing kernel) as the device allows: variants.defines."""
+    return variants.defines(dev.info, exact=True, reduces=reduces)
+
+
 def _quantize_pipeline(dev: Device, vec: int, texel: bool) -> Any:
     """VEC 1: vec4 loads of whole aligned blocks, through a texel buffer where possible;
     VEC 0: column by column (see shaders/quantize.comp)."""
     return dev.pipeline(
         "quantize.comp",
-        defines={"VEC": vec, "TEXEL": int(texel)},
+        defines={"VEC": vec, "TEXEL": int(texel), **_device_defines(dev, reduces=False)},
         spec={0: WORKGROUP, 1: quant_rows(dev)},
         buffers=3,
         push_size=40,
@@ -547,7 +559,7 @@ def _quantize_rows(
             texel = c.texel_format(dev, src, "rgba32f") is not None and src.nbytes >= 16
             pipe = dev.pipeline(
                 "quantize_rows.comp",
-                defines={"TEXEL": int(texel)},
+                defines={"TEXEL": int(texel), **_device_defines(dev, reduces=True)},
                 spec={0: _row_workgroup(dev)},
                 buffers=3,
                 push_size=28,
@@ -619,7 +631,7 @@ def dequantize(qt: QuantizedTensor, *, device: Device | None = None) -> np.ndarr
     texel = all(c.texel_format(dev, ch.buffer, "rgba32ui") for ch in qt.chunks)
     pipe = dev.pipeline(
         "dequantize.comp",
-        defines={"VEC": vec, "TEXEL": int(texel)},
+        defines={"VEC": vec, "TEXEL": int(texel), **_device_defines(dev, reduces=False)},
         spec={0: WORKGROUP, 1: quant_rows(dev)},
         buffers=4,
         push_size=32,

@@ -41,19 +41,26 @@ from ..device import Device, per_device_map, resolve
 from ..memory import Buffer, HostBuffer, Tensor, buffer_pool, can_import_host, host_pool
 from ..pipeline import Pipeline
 from . import _common as c
-from . import axes
+from . import axes, variants
 
 ALGORITHMS = ("online", "safe")
 # Every shader variant _dispatches can request (precompiled into the wheel).
 # Stages that write the output also come as LOG=1 (log_softmax); the others only as LOG=0.
 _STAGES = {"online": [0, 1, 2], "safe": [0, 1, 2, 3]}
 _WRITE_STAGES = {"online": [0, 2], "safe": [0, 3]}
+# Stages that reduce over the workgroup (the others only merge stored partial states):
+# only these get a shared-memory variant (SUBGROUP=0, see variants.defines).
+_REDUCING_STAGES = {"softmax_online.comp": (0, 1), "softmax_safe.comp": (0, 1, 2)}
 for _alg in ALGORITHMS:
     for _log, _stages in ((0, _STAGES[_alg]), (1, _WRITE_STAGES[_alg])):
-        spirv.register_variants(
-            f"softmax_{_alg}.comp",
-            spirv.define_grid(STAGE=_stages, VEC4=[0, 1], TEXEL=[0, 1], LOG=[_log]),
-        )
+        for _stage in _stages:
+            _shader = f"softmax_{_alg}.comp"
+            variants.register(
+                _shader,
+                spirv.define_grid(STAGE=[_stage], VEC4=[0, 1], TEXEL=[0, 1], LOG=[_log]),
+                exact=False,
+                reduces=_stage in _REDUCING_STAGES[_shader],
+            )
 spirv.register_variants("softmax_roofline.comp", spirv.define_grid(TEXEL=[0, 1]))
 # numpy arrays at least this large are imported as buffers instead of copied (measured on
 # lavapipe: an import costs ~40 us, copying 1 MiB in and out ~100-200 us).
@@ -135,7 +142,8 @@ def _cached_plan(device: Device, rows: int, n: int) -> Plan:
 
 
 _pipes: weakref.WeakKeyDictionary[
-    Device, dict[tuple[str, int, bool, int, str | None, bool], Pipeline]
+    Device,
+    dict[tuple[str, int, bool, int, str | None, bool, tuple[tuple[str, int], ...]], Pipeline],
 ] = per_device_map()
 
 
@@ -144,13 +152,14 @@ def _pipeline(
 ) -> Pipeline:
     """device.pipeline() for one softmax variant, memoized per device (saves the key work)."""
     table = _pipes.setdefault(device, {})
-    key = (shader, stage, p.vec4, p.workgroup, texel, log)
+    extra = variants.defines(device.info, exact=False, reduces=stage in _REDUCING_STAGES[shader])
+    key = (shader, stage, p.vec4, p.workgroup, texel, log, tuple(extra.items()))
     pipe = table.get(key)
     if pipe is None or pipe.handle is None:
         defines = {"STAGE": stage, "VEC4": int(p.vec4), "TEXEL": int(texel is not None)}
         pipe = table[key] = device.pipeline(
             shader,
-            defines={**defines, "LOG": int(log)},
+            defines={**defines, "LOG": int(log), **extra},
             spec={0: p.workgroup},
             buffers=3,
             push_size=24,
