@@ -56,6 +56,7 @@ def enabled_device_extensions(available: Iterable[str], api_version: int) -> lis
             "VK_KHR_8bit_storage",
             "VK_KHR_shader_float16_int8",
             "VK_KHR_storage_buffer_storage_class",
+            "VK_KHR_shader_float_controls",  # the RoundingModeRTE capability (kernels.variants)
         ]
     if api_version < _V13:
         wanted += ["VK_EXT_pipeline_creation_feedback", "VK_KHR_shader_integer_dot_product"]
