@@ -10,22 +10,22 @@ from vkcore import cachefs, spirv
 def test_cached_spirv_is_used_without_the_compiler(monkeypatch, tmp_path):
     monkeypatch.setenv("VKCORE_CACHE_DIR", str(tmp_path))
     spirv.clear_memory_cache()
-    first = spirv.get("softmax_online.comp", {"STAGE": 0, "TEXEL": 1, "VEC4": 1})
+    first = spirv.get("softmax_online.comp", {"STAGE": 0, "TEXEL": 1, "VEC4": 1, "LOG": 0})
     assert first.origin in ("compiled", "shipped")
     if first.origin == "compiled":
         assert list((tmp_path / "spirv").glob("*.spv"))
     spirv.clear_memory_cache()
     monkeypatch.setattr(shutil, "which", lambda name: None)  # no compiler on PATH now
-    second = spirv.get("softmax_online.comp", {"STAGE": 0, "TEXEL": 1, "VEC4": 1})
+    second = spirv.get("softmax_online.comp", {"STAGE": 0, "TEXEL": 1, "VEC4": 1, "LOG": 0})
     assert second.origin in ("cache", "shipped")
     assert second.code == first.code
     spirv.clear_memory_cache()
 
 
 def test_key_covers_defines_and_source():
-    a = spirv.source_key("softmax_online.comp", {"STAGE": 0, "TEXEL": 1, "VEC4": 1})
-    b = spirv.source_key("softmax_online.comp", {"STAGE": 0, "TEXEL": 1, "VEC4": 0})
-    c = spirv.source_key("softmax_safe.comp", {"STAGE": 0, "TEXEL": 1, "VEC4": 1})
+    a = spirv.source_key("softmax_online.comp", {"STAGE": 0, "TEXEL": 1, "VEC4": 1, "LOG": 0})
+    b = spirv.source_key("softmax_online.comp", {"STAGE": 0, "TEXEL": 1, "VEC4": 0, "LOG": 0})
+    c = spirv.source_key("softmax_safe.comp", {"STAGE": 0, "TEXEL": 1, "VEC4": 1, "LOG": 0})
     assert len({a, b, c}) == 3
 
 
@@ -34,13 +34,13 @@ def test_damaged_cache_file_is_recompiled(monkeypatch, tmp_path):
         pytest.skip("needs the compiler")
     monkeypatch.setenv("VKCORE_CACHE_DIR", str(tmp_path))
     spirv.clear_memory_cache()
-    first = spirv.get("softmax_safe.comp", {"STAGE": 1, "TEXEL": 0, "VEC4": 0})
+    first = spirv.get("softmax_safe.comp", {"STAGE": 1, "TEXEL": 0, "VEC4": 0, "LOG": 0})
     if first.origin == "shipped":
         pytest.skip("shipped SPIR-V takes precedence")
     for f in (tmp_path / "spirv").glob("*.spv"):
         f.write_bytes(b"garbage")
     spirv.clear_memory_cache()
-    again = spirv.get("softmax_safe.comp", {"STAGE": 1, "TEXEL": 0, "VEC4": 0})
+    again = spirv.get("softmax_safe.comp", {"STAGE": 1, "TEXEL": 0, "VEC4": 0, "LOG": 0})
     assert again.origin == "compiled" and again.code == first.code
     spirv.clear_memory_cache()
 
@@ -56,7 +56,7 @@ def test_compile_error_is_reported(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------------------- entries
-DEFINES = {"STAGE": 0, "TEXEL": 1, "VEC4": 1}
+DEFINES = {"STAGE": 0, "TEXEL": 1, "VEC4": 1, "LOG": 0}
 
 
 @pytest.fixture(scope="module")
@@ -126,16 +126,19 @@ def test_cache_entry_is_checked_before_use(monkeypatch, tmp_path, caplog):
     monkeypatch.setenv("VKCORE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(spirv, "_shipped", lambda skey: None)
     spirv.clear_memory_cache()
-    first = spirv.get("softmax_safe.comp", {"STAGE": 1, "TEXEL": 0, "VEC4": 0})
+    first = spirv.get("softmax_safe.comp", {"STAGE": 1, "TEXEL": 0, "VEC4": 0, "LOG": 0})
     (path,) = (tmp_path / "spirv").glob("*.spv")
     data = bytearray(path.read_bytes())
     data[-8] ^= 0x40  # inside the last instructions, still valid structure
     path.write_bytes(bytes(data))
     spirv.clear_memory_cache()
     with caplog.at_level(logging.WARNING, logger="vkcore"):
-        again = spirv.get("softmax_safe.comp", {"STAGE": 1, "TEXEL": 0, "VEC4": 0})
+        again = spirv.get("softmax_safe.comp", {"STAGE": 1, "TEXEL": 0, "VEC4": 0, "LOG": 0})
     assert again.origin == "compiled" and again.code == first.code
     assert caplog.text.count("WARNING") == 1 and "SHA-256 mismatch" in caplog.text
     spirv.clear_memory_cache()
-    assert spirv.get("softmax_safe.comp", {"STAGE": 1, "TEXEL": 0, "VEC4": 0}).origin == "cache"
+    assert (
+        spirv.get("softmax_safe.comp", {"STAGE": 1, "TEXEL": 0, "VEC4": 0, "LOG": 0}).origin
+        == "cache"
+    )
     spirv.clear_memory_cache()

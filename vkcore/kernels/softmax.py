@@ -284,19 +284,14 @@ def _normalized(
 def _input(x: Any) -> np.ndarray | Tensor:
     """A float32 Tensor, or an array of floats or integers (integers become float32, exact
     up to 2^24 in magnitude); bool, complex and object input is a TypeError."""
-    if isinstance(x, Tensor) or x is None or isinstance(x, (str, bytes, dict, set)):
-        return c.float_input(x, "x")
-    try:
-        arr = np.asarray(x)
-    except (ValueError, TypeError) as exc:
-        raise TypeError(f"x must be array-like of numbers: {exc}") from None
-    if arr.dtype.kind in "iu":
-        return arr.astype(np.float32)
-    if arr.dtype.kind != "f" or arr.dtype.itemsize > 8:
-        raise TypeError(
-            f"x must have a float16, float32 or float64 dtype or an integer dtype, got {arr.dtype}"
-        )
-    return arr
+    if isinstance(x, (np.ndarray, list, tuple, int, np.integer)):
+        try:
+            arr = np.asarray(x)
+        except (ValueError, TypeError):
+            arr = None  # ragged: float_input says so
+        if arr is not None and arr.dtype.kind in "iu":
+            return arr.astype(np.float32)
+    return c.float_input(x, "x")
 
 
 def _tensor_out(out: Any, x: Tensor) -> Tensor | None:
