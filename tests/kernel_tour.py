@@ -10,22 +10,33 @@ Used three ways:
   variant is found as *shipped* SPIR-V;
 * run as a script under other driver settings (``tests/test_other_configs.py``): subgroups
   of 4 (``LP_NATIVE_VECTOR_WIDTH=128``) and the staging path (``VKCORE_FORCE_STAGING=1``).
+
+The variants chosen from device properties (``vkcore.kernels.variants``: RTE where
+round-to-nearest-even can be requested, SUBGROUP=0 without subgroup arithmetic) are
+reached by running the kernels again on the same device with a DeviceInfo that lacks
+those properties (:func:`feature_profiles`); their results must meet the same checks.
+As a script with ``--native-only`` (the other driver settings) or ``--installed``, only
+the variants the device itself requests run: the settings there do not change the
+shared-memory and rounding paths, and the forced variants run in-process.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
 import vkcore
 from vkcore import reference, spirv
+from vkcore.instance import SUBGROUP_ARITHMETIC, DeviceInfo
 from vkcore.kernels import softmax as softmax_kernels
 
 SOFTMAX_MAX_ABS_ERR = 1e-6
@@ -123,24 +134,62 @@ def tour_quantization(device: vkcore.Device, rng: np.random.Generator) -> list[s
     return done + ["matvec_f32"]
 
 
-TOURS: list[Callable[[vkcore.Device, np.random.Generator], list[str]]] = [
+Tour = Callable[[vkcore.Device, np.random.Generator], list[str]]
+TOURS: list[Tour] = [
     tour_softmax,
     tour_quantization,
 ]
 
 
-def tour(device: vkcore.Device) -> list[str]:
-    """Run every kernel check on ``device``; returns their names, raises AssertionError."""
+def feature_profiles(info: DeviceInfo) -> list[tuple[str, DeviceInfo, list[Tour]]]:
+    """The device as it is, then without RTE (the kernels that request it: quantization),
+    without subgroup arithmetic (every reducing kernel) and without both; a profile equal
+    to the device's own properties is left out."""
+    no_rte = {"rounding_mode_rte_float32": False}
+    no_arith = {
+        "subgroup_supported_operations": info.subgroup_supported_operations & ~SUBGROUP_ARITHMETIC
+    }
+    wanted: list[tuple[str, dict[str, object], list[Tour]]] = [
+        ("no RTE", no_rte, [tour_quantization]),
+        ("shared-memory reductions", no_arith, TOURS),
+        ("no RTE, shared-memory reductions", {**no_rte, **no_arith}, [tour_quantization]),
+    ]
+    out = [("native", info, TOURS)]
+    for name, changes, steps in wanted:
+        changed = dataclasses.replace(info, **changes)  # type: ignore[arg-type]
+        if all(changed != other for _, other, _ in out):
+            out.append((name, changed, steps))
+    return out
+
+
+@contextmanager
+def device_info(device: vkcore.Device, info: DeviceInfo) -> Iterator[None]:
+    """Run with ``device.info`` replaced (the kernels choose their variants from it)."""
+    saved = device.info
+    device.info = info
+    try:
+        yield
+    finally:
+        device.info = saved
+
+
+def tour(device: vkcore.Device, *, native_only: bool = False) -> list[str]:
+    """Run every kernel check on ``device`` (``native_only``: only with its own properties,
+    not the feature_profiles); returns their names, raises AssertionError."""
     rng = np.random.default_rng(7)
     done: list[str] = []
+    profiles = feature_profiles(device.info)[: 1 if native_only else None]
     saved = os.environ.get("VKCORE_TEXEL")
     try:
         # Kernels read through texel buffers where the device allows it, else through
         # storage buffers (VKCORE_TEXEL=0 forces that): both kinds of variant must run.
         for texel in ("1", "0"):
             os.environ["VKCORE_TEXEL"] = texel
-            for step in TOURS:
-                done += [f"{case} [texel={texel}]" for case in step(device, rng)]
+            for profile, info, steps in profiles:
+                with device_info(device, info):
+                    for step in steps:
+                        tag = f"[texel={texel}, {profile}]"
+                        done += [f"{case} {tag}" for case in step(device, rng)]
     finally:
         if saved is None:
             os.environ.pop("VKCORE_TEXEL", None)
@@ -158,9 +207,34 @@ def unregistered_requests() -> set[tuple[str, tuple]]:
     return _ids(spirv.requested()) - _ids(spirv.variants())
 
 
-def unrequested_variants() -> set[tuple[str, tuple]]:
-    """Declared variants that nothing in this process has run (the tour must reach all)."""
-    return _ids(spirv.variants()) - _ids(spirv.requested())
+def _with(defines: tuple, name: str, value: int) -> tuple:
+    return tuple(sorted((*defines, (name, value))))
+
+
+def unrequested_variants(
+    info: DeviceInfo | None = None, *, native_only: bool = False
+) -> set[tuple[str, tuple]]:
+    """Declared variants that nothing in this process has run (the tour must reach all).
+
+    With ``info``, those that need what that device lacks are left out (RTE=1 without
+    shaderRoundingModeRTEFloat32, subgroup reductions without subgroup arithmetic); with
+    ``native_only`` also those only a device lacking what it has would request."""
+    declared = _ids(spirv.variants())
+    if info is None:
+        return declared - _ids(spirv.requested())
+    rte, arith = info.rounding_mode_rte_float32, info.subgroup_arithmetic_in_compute
+    wanted = set()
+    for name, d in declared:
+        has_rte = ("RTE", 1) in d
+        rte_choice = has_rte or (name, _with(d, "RTE", 1)) in declared
+        shared = ("SUBGROUP", 0) in d
+        sg_choice = shared or (name, _with(d, "SUBGROUP", 0)) in declared
+        if rte_choice and has_rte and not rte or sg_choice and not shared and not arith:
+            continue  # the device cannot run it
+        if native_only and (rte_choice and has_rte != rte or sg_choice and shared == arith):
+            continue  # only a device without RTE or subgroup arithmetic requests it
+        wanted.add((name, d))
+    return wanted - _ids(spirv.requested())
 
 
 def check_installed() -> dict[str, object]:
@@ -179,12 +253,21 @@ def check_installed() -> dict[str, object]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--installed", action="store_true", help="also check the installed wheel")
+    parser.add_argument(
+        "--installed",
+        action="store_true",
+        help="also check the installed wheel (implies --native-only)",
+    )
     parser.add_argument(
         "--expect-subgroup", type=int, help="fail unless the device's subgroup size is this"
     )
     parser.add_argument(
         "--expect-staging", action="store_true", help="fail unless Tensors are staged, not mapped"
+    )
+    parser.add_argument(
+        "--native-only",
+        action="store_true",
+        help="only the variants the device itself requests (no forced feature profiles)",
     )
     args = parser.parse_args()
     summary: dict[str, object] = {}
@@ -196,7 +279,11 @@ def main() -> int:
         summary["tensors_mapped"] = probe.buffer is not None and probe.buffer.mapped is not None
         if args.expect_staging:
             assert not summary["tensors_mapped"], "a Tensor was mapped: not the staging path"
-        summary["checks"] = tour(dev)
+        native = dev.info
+        # Installed: the forced profiles' variants are checked shipped (check_installed) and
+        # run in-process by tests/test_wheel.py; here the device's own variants run.
+        native_only = args.native_only or args.installed
+        summary["checks"] = tour(dev, native_only=native_only)
         origins = {p["name"]: p["spirv_origin"] for p in dev.pipeline_stats()}
         dev.check()
     summary["pipeline_spirv_origins"] = origins
@@ -204,7 +291,7 @@ def main() -> int:
     assert not missing, (
         f"variants requested but not declared with spirv.register_variants: {sorted(missing)}"
     )
-    unrun = unrequested_variants()
+    unrun = unrequested_variants(native, native_only=native_only)
     assert not unrun, f"declared variants the tour never ran: {sorted(unrun)}"
     if args.installed:
         other = {k: v for k, v in origins.items() if v != "shipped"}

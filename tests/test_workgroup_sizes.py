@@ -26,7 +26,7 @@ from vkcore.kernels import softmax as sm
 SIZES = [1, 3, 12, 13, 100, "max"]
 FEW_SIZES = [1, 13, 100, "max"]  # for the slower kernels
 # matvec keeps ROWS accumulators per invocation in shared memory (ROWS * size * 4 bytes),
-# so its largest size is bounded by maxComputeSharedMemorySize (32 KiB at least).
+# so its largest size is bounded by maxComputeSharedMemorySize (16 KiB at least).
 MATVEC_SHARED_BYTES = 16384
 
 
