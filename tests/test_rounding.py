@@ -103,6 +103,22 @@ def test_the_recorded_devices_include_one_without_rte():
     assert any(not load(n)["float_controls"]["shaderRoundingModeRTEFloat32"] for n in NAMES)
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_rte_is_requested_only_where_the_capability_is_allowed(name):
+    """Core in 1.2; below, the device must have VK_KHR_shader_float_controls enabled."""
+    info = device_info(load(name))
+    v11 = dataclasses.replace(
+        info,
+        api_version=1 << 22 | 1 << 12,
+        extensions=info.extensions | {"VK_KHR_shader_float_controls"},
+    )
+    for case in (info, v11):
+        if "RTE" in variants.defines(case, exact=True, reduces=False):
+            enabled = inst.enabled_device_extensions(case.extensions, case.api_version)
+            core = case.api_version >= (1 << 22 | 2 << 12)
+            assert core or "VK_KHR_shader_float_controls" in enabled, (name, case.api_version)
+
+
 def test_float_controls_extension_is_enabled_below_vulkan_1_2_only():
     offered = {"VK_KHR_shader_float_controls"}
     v11 = inst.enabled_device_extensions(offered, 1 << 22 | 1 << 12)
