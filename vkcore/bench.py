@@ -615,50 +615,18 @@ def verdicts(comparisons: list[Comparison]) -> list[dict[str, Any]]:
             rows = [c for c in comparisons if c.group == group and c.shape == (4096, 4096)]
         else:
             rows = [c for c in comparisons if c.group == group]
-        if not rows:
-            out.append(
-                {
-                    "group": group,
-                    "title": title,
-                    "kind": kind,
-                    "target": target,
-                    "value": None,
-                    "met": None,
-                    "shape": None,
-                    "note": "not measured (kernel not available)",
-                }
-            )
-            continue
+        verdict = {"group": group, "title": title, "kind": kind, "target": target}
         measured = [c for c in rows if c.ratio is not None]
         if not measured:
-            out.append(
-                {
-                    "group": group,
-                    "title": title,
-                    "kind": kind,
-                    "target": target,
-                    "value": None,
-                    "met": None,
-                    "shape": None,
-                    "note": "n/a: the device has no timestamps (device-time rows)",
-                }
-            )
+            note = "n/a: the device has no timestamps (device-time rows)"
+            if not rows:
+                note = "not measured (kernel not available)"
+            out.append({**verdict, "value": None, "met": None, "shape": None, "note": note})
             continue
         worst = (min if kind == ">=" else max)(measured, key=_ratio_of)
         value = _ratio_of(worst)
         met = value >= target if kind == ">=" else value <= target
-        out.append(
-            {
-                "group": group,
-                "title": title,
-                "kind": kind,
-                "target": target,
-                "value": value,
-                "met": met,
-                "shape": list(worst.shape),
-                "note": "",
-            }
-        )
+        out.append({**verdict, "value": value, "met": met, "shape": list(worst.shape), "note": ""})
     return out
 
 
