@@ -27,8 +27,8 @@ def test_every_choice_is_legal_for_its_purpose(name, purpose):
     record = load(name)
     types, heaps = memory(record)
     placement = P.place(types, heaps, purpose)
-    indices = [c.type_index for c in placement.choices]
-    assert len(indices) == len(set(indices)), "a type is offered twice"
+    offered = [(c.type_index, c.mapped) for c in placement.choices]
+    assert len(offered) == len(set(offered)), "a type is offered twice the same way"
     for c in placement.choices:
         t = types[c.type_index]
         assert 0 <= t.heap_index < len(heaps)
@@ -100,3 +100,18 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="flag"):
         P.flags_of(["DEVICE_LOCAL", "SHINY"])
     assert P.flags_of(["VK_MEMORY_PROPERTY_HOST_CACHED_BIT"]) == P.HOST_CACHED
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_resident_always_falls_back_to_device_local_through_staging(name):
+    """Whatever was preferred, the list reaches device-local memory through staging before
+    host memory: a failed mapping or a full mappable heap still leaves a device-local home."""
+    types, heaps = memory(load(name))
+    choices = P.place(types, heaps, "resident").choices
+    staged = [i for i, c in enumerate(choices) if not c.mapped]
+    assert staged, "no device-local choice through staging"
+    assert all(types[choices[i].type_index].flags & P.DEVICE_LOCAL for i in staged)
+    host = [i for i, c in enumerate(choices) if not types[c.type_index].flags & P.DEVICE_LOCAL]
+    assert all(i > max(staged) for i in host), "host memory only after device-local memory"
+    for c in choices[: staged[0]]:  # mapped device-local first: offered again unmapped
+        assert P.Choice(c.type_index, False, c.coherent) in choices

@@ -60,7 +60,7 @@ class _Recorded:
 
 
 class Submitter:
-    """The device's command buffer, fence, timestamp queries and staging buffer."""
+    """The device's command buffer, fence, timestamp queries and staging buffers."""
 
     def __init__(self, device: Device) -> None:
         self.device = device
@@ -69,7 +69,9 @@ class Submitter:
         self.command_buffer: Any = None
         self.fence: Any = None
         self.query_pool: Any = None
-        self.staging: Buffer | None = None
+        # Staging buffers by purpose: "upload" (host writes, device reads) and "readback"
+        # (device writes, host reads: host-cached memory where the device has it).
+        self.staging: dict[str, Buffer] = {}
         self.command_buffer = self._allocate_command_buffer()
         fence = ffi.new("VkFence*")
         vkapi.check(
@@ -430,7 +432,10 @@ class Submitter:
             raise
         self._in_flight = False
         if interrupted is not None:
-            raise interrupted
+            try:
+                raise interrupted
+            finally:  # this frame must not hold the exception its traceback holds: that
+                interrupted = None  # cycle would keep every buffer of the stack alive
 
     def _settle(self) -> None:
         """After a submission cut short: wait until the queue is idle, then reset the fence
@@ -446,7 +451,10 @@ class Submitter:
                 interrupted = exc
         self._in_flight = False
         if interrupted is not None:
-            raise interrupted
+            try:
+                raise interrupted
+            finally:  # this frame must not hold the exception its traceback holds: that
+                interrupted = None  # cycle would keep every buffer of the stack alive
 
     def _elapsed(self) -> float:
         dev = self.device
@@ -464,15 +472,21 @@ class Submitter:
         return ticks * dev.info.timestamp_period * 1e-9
 
     # ------------------------------------------------------------------ transfers
-    def _staging(self, nbytes: int) -> Buffer:
+    def _staging(self, purpose: str, nbytes: int) -> Buffer:
+        """The ``purpose`` ("upload" or "readback") staging buffer, of at least ``nbytes``."""
         from .memory import Buffer
 
-        if self.staging is None or self.staging.nbytes < nbytes:
-            old, self.staging = self.staging, None  # never a destroyed one, if the next fails
-            if old is not None:
-                old.destroy()
-            self.staging = Buffer(self.device, max(nbytes, 1 << 20), host_visible=True)
-        return self.staging
+        buf = self.staging.get(purpose)
+        if buf is None or buf.nbytes < nbytes:
+            self.staging.pop(purpose, None)  # never a destroyed one, if the next fails
+            if buf is not None:
+                buf.destroy()
+            buf = Buffer(self.device, max(nbytes, 1 << 20), purpose=purpose)
+            if buf.mapped is None:  # the placement maps every staging choice
+                buf.destroy()
+                raise RuntimeError(f"the {purpose} staging buffer is not host-visible")
+            self.staging[purpose] = buf
+        return buf
 
     def _copy(
         self, src: Buffer, src_offset: int, dst: Buffer, dst_offset: int, nbytes: int
@@ -497,23 +511,21 @@ class Submitter:
         """Copy host bytes into a device-local buffer through the staging buffer."""
         with self.device.lock:
             step = min(raw.size, _STAGING_MAX)
-            staging = self._staging(step)
-            assert staging.mapped is not None
+            staging = self._staging("upload", step)
             for start in range(0, raw.size, step):
                 part = raw[start : start + step]
-                staging.mapped[: part.size] = part
+                staging.write(part)  # mapped: flushed where not coherent
                 self._copy(staging, 0, dst, offset + start, part.size)
 
     def download(self, src: Buffer, raw: np.ndarray, offset: int) -> None:
         """Copy a device-local buffer's bytes to the host through the staging buffer."""
         with self.device.lock:
             step = min(raw.size, _STAGING_MAX)
-            staging = self._staging(step)
-            assert staging.mapped is not None
+            staging = self._staging("readback", step)
             for start in range(0, raw.size, step):
                 n = min(step, raw.size - start)
                 self._copy(src, offset + start, staging, 0, n)
-                raw[start : start + n] = staging.mapped[:n]
+                staging.read(raw[start : start + n])  # mapped: invalidated where not coherent
 
     # ------------------------------------------------------------------ lifetime
     def forget_buffer(self, buffer: Buffer) -> None:
@@ -530,9 +542,8 @@ class Submitter:
         if dev.handle is None:
             return
         self.drop_recorded()
-        if self.staging is not None:
-            self.staging.destroy()
-            self.staging = None
+        while self.staging:
+            self.staging.popitem()[1].destroy()
         if self.query_pool is not None:
             lib.vkDestroyQueryPool(dev.handle, self.query_pool, ffi.NULL)
             self.query_pool = None

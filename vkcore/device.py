@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from . import config, vkapi
 from .errors import VulkanError
 from .instance import DeviceInfo, Instance, choose, enabled_device_extensions, query_info
+from .placement import Choice, MemoryHeap, MemoryType, Placement, place
 
 if TYPE_CHECKING:
     from .commands import Submitter
@@ -46,6 +47,9 @@ _MAX_SETS = 1024
 # each other), which may not run for a long time: creating a device while this many are
 # open runs it first, so a loop that drops devices keeps only a few alive at once.
 _COLLECT_WHEN_OPEN = 4
+# Reported by `vkcore info` (heap budgets and usage) wherever the device offers it.
+MEMORY_BUDGET = "VK_EXT_memory_budget"
+HEAP_FLAG_NAMES = {"DEVICE_LOCAL": 0x1, "MULTI_INSTANCE": 0x2}
 
 
 _MISSING = object()
@@ -238,7 +242,7 @@ class Device:
             self.physical = physicals[self.info.index]
             self._create_device()
             self._create_pools()
-            self.memory_types = self._memory_types()
+            self._memory_properties()
             from .commands import Submitter
             from .pipeline_cache import PipelineCache
 
@@ -269,6 +273,8 @@ class Device:
             pQueuePriorities=priority,
         )
         self.enabled_extensions = enabled_device_extensions(info.extensions, info.api_version)
+        if MEMORY_BUDGET in info.extensions and MEMORY_BUDGET not in self.enabled_extensions:
+            self.enabled_extensions.append(MEMORY_BUDGET)
         f8 = fi8 = fdot = None
         if info.storage_buffer_8bit_access:
             f8 = keep.struct("VkPhysicalDevice8BitStorageFeatures", storageBuffer8BitAccess=1)
@@ -353,18 +359,63 @@ class Device:
         )
         self.descriptor_pool = out2[0]
 
-    def _memory_types(self) -> list[tuple[int, int, int]]:
-        """``(index, property flags, heap size)`` of every memory type."""
-        props = self.ffi.new("VkPhysicalDeviceMemoryProperties*")
-        self.lib.vkGetPhysicalDeviceMemoryProperties(self.physical, props)
-        return [
-            (
-                i,
-                props.memoryTypes[i].propertyFlags,
-                props.memoryHeaps[props.memoryTypes[i].heapIndex].size,
-            )
-            for i in range(props.memoryTypeCount)
+    def _memory_properties(self) -> None:
+        """The memory types and heaps as the placement policy takes them, and the policy's
+        one switch (``VKCORE_FORCE_STAGING``), read once per device."""
+        self.memory_heaps = [MemoryHeap(size, f) for size, f in self.info.memory_heaps]
+        self.memory_types = [
+            MemoryType(i, f, heap) for i, (f, heap) in enumerate(self.info.memory_types)
         ]
+        self.force_staging = config.env_flag("VKCORE_FORCE_STAGING")
+        self._fallbacks_said: set[str] = set()
+
+    def placement(self, purpose: str, type_bits: int = 0xFFFFFFFF) -> Placement:
+        """The memory types a buffer of ``purpose`` may take, best first
+        (:func:`vkcore.placement.place` on this device's types and heaps)."""
+        return place(
+            self.memory_types,
+            self.memory_heaps,
+            purpose,
+            type_bits=type_bits,
+            force_staging=self.force_staging,
+        )
+
+    def note_fallback(
+        self,
+        purpose: str,
+        nbytes: int,
+        failed: Choice,
+        next_choice: Choice,
+        exc: VulkanError,
+    ) -> None:
+        """Say once per purpose that a preferred memory type could not hold a buffer."""
+        if purpose in self._fallbacks_said:
+            return
+        self._fallbacks_said.add(purpose)
+        log.warning(
+            "%s: a %d-byte %s buffer did not fit in memory type %d (%s): using memory type "
+            "%d (%s) instead; later fallbacks of %s buffers on this device are not reported",
+            self.info.name,
+            nbytes,
+            purpose,
+            failed.type_index,
+            exc.result_name or exc,
+            next_choice.type_index,
+            "mapped" if next_choice.mapped else "device-local, through staging",
+            purpose,
+        )
+
+    def memory_budget(self) -> list[tuple[int, int]] | None:
+        """``(budget, usage)`` in bytes per heap (VK_EXT_memory_budget), or None where the
+        device does not offer the extension."""
+        if MEMORY_BUDGET not in self.enabled_extensions:
+            return None
+        keep = vkapi.Keep()
+        budget = keep.struct("VkPhysicalDeviceMemoryBudgetPropertiesEXT")
+        props = keep.struct("VkPhysicalDeviceMemoryProperties2", pNext=budget)
+        self.lib.vkGetPhysicalDeviceMemoryProperties2(self.physical, props)
+        count = props.memoryProperties.memoryHeapCount
+        return [(int(budget.heapBudget[i]), int(budget.heapUsage[i])) for i in range(count)]
 
     # ------------------------------------------------------------------ services
     def check(self) -> None:
@@ -448,9 +499,10 @@ class Device:
         """Counts of the Vulkan objects this device holds right now, by kind.
 
         A leak shows as a count that grows across repeated calls. ``buffers`` includes the
-        staging buffer and the small placeholder buffer kernels bind to unused slots;
-        ``buffer_views`` are the texel views buffers own; every pipeline also owns one
-        shader module and two layouts.
+        staging buffers (one for uploads, one for readbacks, made on first use) and the
+        small placeholder buffer kernels bind to unused slots; ``buffer_views`` are the
+        texel views buffers own; every pipeline also owns one shader module and two
+        layouts.
         """
         with self.lock:
             alive = (ref() for ref in self._buffers.values())

@@ -1,9 +1,14 @@
 """Device buffers and the Tensor (a device buffer with a shape and a dtype).
 
-Memory choice: a DEVICE_LOCAL | HOST_VISIBLE | HOST_COHERENT type (lavapipe, integrated
-GPUs, ReBAR) is mapped once and read/written with numpy copies, no staging. Otherwise the
-buffer is DEVICE_LOCAL and transfers go through one reused staging buffer owned by the
-device's submitter. ``VKCORE_FORCE_STAGING=1`` forces the second path for testing.
+Memory choice: every buffer has a purpose (``resident`` for Tensors, weights and kernel
+buffers; ``upload`` and ``readback`` for the two staging buffers; ``params``) and takes
+the first memory type of ``Device.placement(purpose)`` (the one policy,
+:func:`vkcore.placement.place`) that it can be allocated in. A mapped buffer is read and
+written with numpy copies, flushed after host writes and invalidated before host reads
+where its type is not HOST_COHERENT; an unmapped (device-local) one is reached through
+the device's staging buffers. ``VKCORE_FORCE_STAGING=1`` keeps resident buffers unmapped.
+An allocation that fails for lack of memory falls back to the next type of the placement
+(said once per device and purpose on the ``vkcore`` logger).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from . import config, vkapi
+from . import placement, vkapi
 from .device import Device, per_device_map, resolve
 from .errors import VulkanError
 
@@ -30,9 +35,34 @@ TENSOR_DTYPES = tuple(
     for t in ("float32", "float16", "int8", "uint8", "int16", "uint16", "int32", "uint32")
 )
 
-_DEVICE_LOCAL = 0x1
-_HOST_VISIBLE = 0x2
-_HOST_COHERENT = 0x4
+VK_WHOLE_SIZE = (1 << 64) - 1
+# Results after which the next memory type of a placement is tried: out of host or device
+# memory, or a mapping that failed (out of address space).
+_FALLBACK_RESULTS = frozenset({-1, -2, -5})
+# Test hook: treat every mapped type as non-coherent (flush and invalidate even coherent
+# memory, which is legal), so that path runs on devices whose types are all coherent.
+ASSUME_NON_COHERENT = False
+
+
+def atom_range(offset: int, size: int, atom: int, allocation_size: int) -> tuple[int, int] | None:
+    """The ``(offset, size)`` of a VkMappedMemoryRange covering bytes ``[offset,
+    offset + size)`` of a mapped allocation of ``allocation_size`` bytes: the offset
+    rounded down and the end rounded up to multiples of ``atom`` (nonCoherentAtomSize),
+    and ``VK_WHOLE_SIZE`` when the rounded end reaches the allocation's end (the last
+    atom may be partial). None for an empty range (nothing to flush)."""
+    for name, value in (("offset", offset), ("size", size), ("allocation_size", allocation_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    if isinstance(atom, bool) or not isinstance(atom, int) or atom < 0:
+        raise ValueError(f"atom must be an int >= 0, got {atom!r}")
+    if offset + size > allocation_size:
+        raise ValueError(f"range {offset}+{size} exceeds the {allocation_size}-byte allocation")
+    if size == 0:
+        return None
+    atom = max(atom, 1)  # 0 would be a broken report; 1 means any range is aligned
+    start = offset - offset % atom
+    end = -(-(offset + size) // atom) * atom
+    return (start, VK_WHOLE_SIZE) if end >= allocation_size else (start, end - start)
 
 
 def _check_allocation(device: Device, nbytes: int, name: str) -> None:
@@ -68,6 +98,7 @@ class MappedBytes:
         with buf._lock:
             buf._require_alive()
             assert buf._mapped is not None
+            buf._sync_mapped(0, buf.nbytes, flush=False)
             return np.array(buf._mapped[index], copy=True)
 
     def __setitem__(self, index: Any, value: Any) -> None:
@@ -76,6 +107,7 @@ class MappedBytes:
             buf._require_alive()
             assert buf._mapped is not None
             buf._mapped[index] = value
+            buf._sync_mapped(0, buf.nbytes, flush=True)
 
 
 class Buffer:
@@ -94,13 +126,21 @@ class Buffer:
     reusable = False
     # A leased buffer (BufferPool.lease) goes back to its pool instead of being destroyed.
     _return_to: BufferPool | None = None
+    # Where the memory went (a choice of Device.placement(purpose)); None for imports.
+    choice: placement.Choice | None = None
+    purpose = "resident"
+    _coherent = True  # False: flush after host writes, invalidate before host reads
+    _allocation_size = 0  # VkMemoryRequirements.size: the whole mapped allocation
 
-    def __init__(self, device: Device, nbytes: int, *, host_visible: bool | None = None) -> None:
+    def __init__(self, device: Device, nbytes: int, *, purpose: str = "resident") -> None:
+        if purpose not in placement.PURPOSES:
+            raise ValueError(f"purpose must be one of {placement.PURPOSES}, got {purpose!r}")
         if nbytes <= 0:
             raise ValueError(f"buffer size must be positive, got {nbytes}")
         _check_allocation(device, nbytes, "buffer")
         self.device = device
         self.nbytes = nbytes
+        self.purpose = purpose
         self.handle: Any = None
         self.memory: Any = None
         self._lock = threading.Lock()
@@ -108,46 +148,120 @@ class Buffer:
         usage = _USAGE | vkapi.flag("VK_BUFFER_USAGE_TRANSFER_SRC_BIT")
         usage |= vkapi.flag("VK_BUFFER_USAGE_TRANSFER_DST_BIT")
         info = keep.struct("VkBufferCreateInfo", size=nbytes, usage=usage, sharingMode=0)
-        self._create(info, lambda: self._allocate(host_visible))
+        self._create(info, lambda: self._allocate(purpose))
 
     def _create(self, info: Any, bind_memory: Callable[[], None]) -> None:
-        """vkCreateBuffer, then ``bind_memory()``; the buffer is destroyed again if that
-        fails, and registered with its device (which destroys it at close) if it works."""
+        """vkCreateBuffer, then ``bind_memory()``; the buffer and any memory are freed again
+        if that fails (also on a Ctrl-C just as a call returned: what it made is freed),
+        and registered with its device (which destroys them at close) if it works."""
         dev = self.device
         ffi, lib = dev.ffi, dev.lib
         out = ffi.new("VkBuffer*")
         with dev.lock:
             dev.check()
-            vkapi.check(lib.vkCreateBuffer(dev.handle, info, ffi.NULL, out), "vkCreateBuffer")
-            self.handle = out[0]
             try:
+                result = None
+                try:
+                    result = lib.vkCreateBuffer(dev.handle, info, ffi.NULL, out)
+                finally:  # no result: interrupted as it returned, the buffer may exist
+                    if result in (None, 0) and out[0] != ffi.NULL:
+                        self.handle = out[0]
+                vkapi.check(result, "vkCreateBuffer")
                 bind_memory()
             except BaseException:
-                lib.vkDestroyBuffer(dev.handle, self.handle, ffi.NULL)
-                self.handle = None
+                self._free_memory()
+                if self.handle is not None:
+                    lib.vkDestroyBuffer(dev.handle, self.handle, ffi.NULL)
+                    self.handle = None
                 raise
             dev.register_buffer(self)
 
-    def _allocate(self, host_visible: bool | None) -> None:
+    def _free_memory(self) -> None:
+        """Free the memory of a buffer being built (mapped memory is unmapped with it)."""
+        self._mapped = None
+        if self.memory is not None:
+            dev = self.device
+            dev.lib.vkFreeMemory(dev.handle, self.memory, dev.ffi.NULL)
+            self.memory = None
+
+    def _allocate(self, purpose: str) -> None:
+        """Memory from the first type of the purpose's placement that can hold it."""
         dev = self.device
         ffi, lib = dev.ffi, dev.lib
         req = ffi.new("VkMemoryRequirements*")
         lib.vkGetBufferMemoryRequirements(dev.handle, self.handle, req)
-        index, mappable = choose_memory_type(dev, req.memoryTypeBits, host_visible)
-        keep = vkapi.Keep()
-        info = keep.struct("VkMemoryAllocateInfo", allocationSize=req.size, memoryTypeIndex=index)
-        out = ffi.new("VkDeviceMemory*")
-        vkapi.check(lib.vkAllocateMemory(dev.handle, info, ffi.NULL, out), "vkAllocateMemory")
-        self.memory = out[0]
+        choices = dev.placement(purpose, req.memoryTypeBits).choices
+        for n, choice in enumerate(choices):
+            try:
+                self._allocate_in(choice, req.size)
+                break
+            except VulkanError as exc:
+                self._free_memory()
+                if exc.result not in _FALLBACK_RESULTS or n + 1 == len(choices):
+                    raise
+                dev.note_fallback(purpose, self.nbytes, choice, choices[n + 1], exc)
+        # Bound once the memory is settled: a buffer cannot be bound a second time, so a
+        # failure here is not retried in another type.
         vkapi.check(
             lib.vkBindBufferMemory(dev.handle, self.handle, self.memory, 0), "vkBindBufferMemory"
         )
-        if mappable:
+
+    def _allocate_in(self, choice: placement.Choice, size: int) -> None:
+        """Allocate and (for a mapped choice) map memory of one type. Each handle is
+        recorded as soon as the call that made it returns, so a failure or a Ctrl-C
+        after it never leaves memory the caller cannot free."""
+        dev = self.device
+        ffi, lib = dev.ffi, dev.lib
+        keep = vkapi.Keep()
+        info = keep.struct(
+            "VkMemoryAllocateInfo", allocationSize=size, memoryTypeIndex=choice.type_index
+        )
+        out = ffi.new("VkDeviceMemory*")
+        result = None
+        try:
+            result = lib.vkAllocateMemory(dev.handle, info, ffi.NULL, out)
+        finally:
+            if result in (None, 0) and out[0] != ffi.NULL:
+                self.memory = out[0]
+        vkapi.check(result, "vkAllocateMemory")
+        if choice.mapped:
+            # The whole allocation is mapped, so ranges rounded out to nonCoherentAtomSize
+            # stay inside the mapping.
             ptr = ffi.new("void**")
             vkapi.check(
-                lib.vkMapMemory(dev.handle, self.memory, 0, self.nbytes, 0, ptr), "vkMapMemory"
+                lib.vkMapMemory(dev.handle, self.memory, 0, VK_WHOLE_SIZE, 0, ptr), "vkMapMemory"
             )
             self._mapped = np.frombuffer(ffi.buffer(ptr[0], self.nbytes), dtype=np.uint8)
+        self.choice = choice
+        self._allocation_size = size
+        self._coherent = choice.coherent and not ASSUME_NON_COHERENT
+
+    def _sync_mapped(self, offset: int, size: int, *, flush: bool) -> None:
+        """Flush host writes to (or invalidate the host's view of) bytes ``[offset,
+        offset + size)`` of non-coherent mapped memory; nothing for coherent memory."""
+        if self._coherent:
+            return
+        span = atom_range(
+            offset, size, self.device.info.non_coherent_atom_size, self._allocation_size
+        )
+        if span is None:
+            return
+        dev = self.device
+        rng = dev.ffi.new(
+            "VkMappedMemoryRange*",
+            {
+                "sType": vkapi.structure_type("VkMappedMemoryRange"),
+                "memory": self.memory,
+                "offset": span[0],
+                "size": span[1],
+            },
+        )
+        if flush:
+            call = "vkFlushMappedMemoryRanges"
+            vkapi.check(dev.lib.vkFlushMappedMemoryRanges(dev.handle, 1, rng), call)
+        else:
+            call = "vkInvalidateMappedMemoryRanges"
+            vkapi.check(dev.lib.vkInvalidateMappedMemoryRanges(dev.handle, 1, rng), call)
 
     @property
     def alive(self) -> bool:
@@ -248,7 +362,9 @@ class Buffer:
                 return False
             if into_buffer:
                 self._mapped[offset : offset + raw.size] = raw
+                self._sync_mapped(offset, raw.size, flush=True)
             else:
+                self._sync_mapped(offset, raw.size, flush=False)
                 raw[...] = self._mapped[offset : offset + raw.size]
             return True
 
@@ -294,37 +410,6 @@ class Buffer:
             self.destroy()
         except Exception:  # noqa: BLE001 - never raise from a finalizer
             pass
-
-
-def choose_memory_type(dev: Device, type_bits: int, host_visible: bool | None) -> tuple[int, bool]:
-    """Index of the memory type for a buffer and whether it is mapped.
-
-    ``host_visible`` None means: device memory, mapped if the device offers mappable
-    device-local memory; True asks for host-visible coherent memory (staging); False for
-    device-local only.
-    """
-    allowed = [(i, f, size) for i, f, size in dev.memory_types if type_bits & (1 << i)]
-    direct = _HOST_VISIBLE | _HOST_COHERENT
-
-    def first(mask: int) -> int | None:
-        return next((i for i, f, _ in allowed if f & mask == mask), None)
-
-    if host_visible:
-        idx = first(direct)
-        if idx is None:
-            raise VulkanError("vkAllocateMemory", 0, "no host-visible coherent memory type")
-        return idx, True
-    if host_visible is None and not config.env_flag("VKCORE_FORCE_STAGING"):
-        idx = first(_DEVICE_LOCAL | direct)
-        if idx is not None:
-            return idx, True
-    idx = first(_DEVICE_LOCAL)
-    if idx is None:  # no device-local type at all: host memory is all there is
-        idx = first(direct)
-        if idx is None:
-            raise VulkanError("vkAllocateMemory", 0, "no usable memory type")
-        return idx, True
-    return idx, False
 
 
 class Tensor:
@@ -516,8 +601,13 @@ class HostBuffer(Buffer):
             "VkMemoryAllocateInfo", pNext=imported, allocationSize=size, memoryTypeIndex=index
         )
         out = ffi.new("VkDeviceMemory*")
-        vkapi.check(lib.vkAllocateMemory(dev.handle, info, ffi.NULL, out), "vkAllocateMemory")
-        self.memory = out[0]
+        result = None
+        try:
+            result = lib.vkAllocateMemory(dev.handle, info, ffi.NULL, out)
+        finally:  # no result: interrupted as it returned, the memory may exist
+            if result in (None, 0) and out[0] != ffi.NULL:
+                self.memory = out[0]
+        vkapi.check(result, "vkAllocateMemory")
         vkapi.check(
             lib.vkBindBufferMemory(dev.handle, self.handle, self.memory, 0), "vkBindBufferMemory"
         )
@@ -616,6 +706,8 @@ class BufferPool:
         new = Buffer.__new__(Buffer)
         new.device, new.nbytes, new._lock = self.device, old.nbytes, threading.Lock()
         new.handle, new.memory, new._mapped = old.handle, old.memory, old._mapped
+        new.purpose, new.choice = old.purpose, old.choice
+        new._coherent, new._allocation_size = old._coherent, old._allocation_size
         new._views, old._views = old._views, None
         self._disown(old)
         self.device.register_buffer(new)

@@ -22,7 +22,8 @@ Purposes:
 
 Each placement lists every usable type in order of preference; an allocation that fails
 in one falls back to the next (the caller logs it once). ``resident`` ends with the
-unmapped device-local types (reached through staging) and, last, host memory.
+unmapped device-local types (reached through staging; a type mapped first is offered
+again unmapped, for a mapping that fails) and, last, host memory.
 """
 
 from __future__ import annotations
@@ -154,11 +155,11 @@ def place(
         "readback": _readback,
         "params": _params,
     }[purpose](by_heap, heaps, maps_device_memory(types, heaps) and not force_staging)
-    seen: set[int] = set()
+    seen: set[tuple[int, bool]] = set()
     choices = []
     for t, mapped in order:
-        if t.index not in seen:
-            seen.add(t.index)
+        if (t.index, mapped) not in seen:
+            seen.add((t.index, mapped))
             choices.append(Choice(t.index, mapped, _has(t, HOST_COHERENT)))
     if not choices:
         raise ValueError(f"no memory type of this device can hold a {purpose} buffer")
@@ -181,7 +182,8 @@ def _resident(ts: Sequence[MemoryType], heaps: Sequence[MemoryHeap], direct: boo
     # first, so a 256 MiB window is the last device-local choice.
     out += [(t, False) for t in local if not _has(t, HOST_VISIBLE)]
     out += [(t, False) for t in local if _has(t, HOST_VISIBLE)]
-    out += [(t, True) for t in _host_visible(ts) if _has(t, HOST_COHERENT)]  # host memory
+    host = [t for t in _host_visible(ts) if not _has(t, DEVICE_LOCAL)]
+    out += [(t, True) for t in host if _has(t, HOST_COHERENT)]  # host memory, last
     return out
 
 

@@ -1,12 +1,14 @@
-"""``vkcore info``: the devices, the chosen one, its cache-key fields and features."""
+"""``vkcore info``: the devices, the chosen one, its cache-key fields, features and memory."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
-from ..device import Device, devices
-from ..instance import DeviceInfo
+from .. import placement
+from ..device import HEAP_FLAG_NAMES, Device, devices
+from ..instance import ENUMERATE_PORTABILITY_BIT, PORTABILITY_ENUMERATION, DeviceInfo
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,14 +21,16 @@ def run(args: argparse.Namespace) -> int:
     infos = devices()
     with Device(args.device, pipeline_cache=False) as dev:
         chosen = dev.info
-        extensions = dev.enabled_extensions
+        extensions = list(dev.enabled_extensions)
+        setup = _setup(dev)
     if args.json:
         print(
             json.dumps(
                 {
                     "devices": [i.to_dict() for i in infos],
                     "chosen": chosen.to_dict(),
-                    "enabled_extensions": extensions,
+                    "enabled_extensions": extensions,  # the device's
+                    **setup,
                 },
                 indent=2,
             )
@@ -40,7 +44,75 @@ def run(args: argparse.Namespace) -> int:
         )
     print()
     _describe(chosen)
+    _describe_setup(setup)
     return 0
+
+
+def flag_names(mask: int, names: dict[str, int]) -> list[str]:
+    """The names of the bits set in ``mask`` (unknown bits as hex)."""
+    out = [name for name, bit in names.items() if mask & bit]
+    rest = mask & ~sum(names.values())
+    return out + ([f"0x{rest:x}"] if rest else [])
+
+
+def _setup(dev: Device) -> dict[str, Any]:
+    """Instance and device extensions, memory heaps and types, the placement a buffer of
+    each purpose really got here (a small buffer is made for each), and the budget."""
+    instance = dev.instance
+    heaps = [
+        {"index": i, "size": h.size, "flags": flag_names(h.flags, HEAP_FLAG_NAMES)}
+        for i, h in enumerate(dev.memory_heaps)
+    ]
+    types = [
+        {"index": t.index, "heap": t.heap_index, "flags": flag_names(t.flags, placement.FLAG_NAMES)}
+        for t in dev.memory_types
+    ]
+    budget = dev.memory_budget()
+    return {
+        "instance": {
+            "enabled_extensions": list(instance.enabled_extensions),
+            "create_flags": instance.create_flags,
+            "portability_enumeration": PORTABILITY_ENUMERATION in instance.enabled_extensions
+            and bool(instance.create_flags & ENUMERATE_PORTABILITY_BIT),
+        },
+        "device_extensions": list(dev.enabled_extensions),
+        "memory": {
+            "heaps": heaps,
+            "types": types,
+            "non_coherent_atom_size": dev.info.non_coherent_atom_size,
+            "force_staging": dev.force_staging,
+            "placement": {p: _placement_of(dev, p) for p in placement.PURPOSES},
+            "budget": (
+                [
+                    {"heap": i, "budget": b, "usage": u, "size": dev.memory_heaps[i].size}
+                    for i, (b, u) in enumerate(budget)
+                ]
+                if budget is not None
+                else "not available"
+            ),
+        },
+    }
+
+
+def _placement_of(dev: Device, purpose: str) -> dict[str, Any]:
+    from ..memory import Buffer
+
+    buf = Buffer(dev, 256, purpose=purpose)
+    try:
+        choice = buf.choice
+        assert choice is not None
+        t = dev.memory_types[choice.type_index]
+        return {
+            "type_index": choice.type_index,
+            "heap": t.heap_index,
+            "heap_size": dev.memory_heaps[t.heap_index].size,
+            "flags": flag_names(t.flags, placement.FLAG_NAMES),
+            "mapped": choice.mapped,
+            "staged": not choice.mapped,
+            "coherent": choice.coherent,
+        }
+    finally:
+        buf.destroy()
 
 
 def _describe(info: DeviceInfo) -> None:
@@ -69,6 +141,35 @@ def _describe(info: DeviceInfo) -> None:
         ("pipeline creation feedback", info.pipeline_creation_feedback),
         ("external memory host", info.external_memory_host),
     ]
-    width = max(len(k) for k, _ in rows)
+    _rows(rows)
+
+
+def _describe_setup(setup: dict[str, Any]) -> None:
+    inst, mem = setup["instance"], setup["memory"]
+    rows: list[tuple[str, Any]] = [
+        ("instance extensions", ", ".join(inst["enabled_extensions"]) or "none"),
+        ("instance create flags", f"0x{inst['create_flags']:x}"),
+        ("portability enumeration", "on" if inst["portability_enumeration"] else "off"),
+        ("device extensions", ", ".join(setup["device_extensions"]) or "none"),
+    ]
+    for h in mem["heaps"]:
+        rows.append((f"heap {h['index']}", f"{h['size'] >> 20} MiB {'|'.join(h['flags'])}"))
+    for t in mem["types"]:
+        rows.append((f"memory type {t['index']}", f"heap {t['heap']} {'|'.join(t['flags'])}"))
+    for purpose, p in mem["placement"].items():
+        how = "mapped" if p["mapped"] else "device-local, through staging"
+        rows.append((f"placement {purpose}", f"type {p['type_index']} (heap {p['heap']}), {how}"))
+    budget = mem["budget"]
+    if isinstance(budget, str):
+        rows.append(("memory budget", f"{budget} (no VK_EXT_memory_budget)"))
+    else:
+        for b in budget:
+            used, avail = b["usage"] >> 20, b["budget"] >> 20
+            rows.append((f"heap {b['heap']} budget", f"{used} MiB used of {avail} MiB"))
+    _rows(rows)
+
+
+def _rows(rows: list[tuple[str, Any]]) -> None:
+    width = 28
     for key, value in rows:
         print(f"  {key:<{width}}  {value}")
