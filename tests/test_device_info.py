@@ -31,3 +31,18 @@ def test_lavapipe_values(device):
     assert info.subgroup_arithmetic_in_compute
     assert not info.portability_subset
     assert len(info.memory_heaps) == 1 and info.memory_types[0][0] & 0x7 == 0x7
+
+
+def test_info_json_says_what_is_exact_here(capsys):
+    import json
+
+    from vkcore.cli import main
+
+    assert main(["info", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    exact = report["exactness"]
+    chosen = report["chosen"]
+    assert exact["rounding_mode_rte_requested"] == chosen["rounding_mode_rte_float32"]
+    assert exact["quantize_q"] == "bit for bit"
+    assert report["instance"]["enabled_extensions"] is not None
+    assert set(report["memory"]["placement"]) == {"resident", "upload", "readback", "params"}

@@ -9,6 +9,7 @@ from typing import Any
 from .. import placement
 from ..device import HEAP_FLAG_NAMES, Device, devices
 from ..instance import ENUMERATE_PORTABILITY_BIT, PORTABILITY_ENUMERATION, DeviceInfo
+from ..kernels import variants
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,6 +24,7 @@ def run(args: argparse.Namespace) -> int:
         chosen = dev.info
         extensions = list(dev.enabled_extensions)
         setup = _setup(dev)
+        setup["exactness"] = variants.exactness(chosen)
     if args.json:
         print(
             json.dumps(
@@ -159,6 +161,21 @@ def _describe_setup(setup: dict[str, Any]) -> None:
     for purpose, p in mem["placement"].items():
         how = "mapped" if p["mapped"] else "device-local, through staging"
         rows.append((f"placement {purpose}", f"type {p['type_index']} (heap {p['heap']}), {how}"))
+    exact = setup["exactness"]
+    rows.append(
+        (
+            "rounding mode RTE",
+            "requested"
+            if exact["rounding_mode_rte_requested"]
+            else "not supported: dequantize and integer-mode y within one rounding per step",
+        )
+    )
+    rows.append(
+        (
+            "subgroup reductions",
+            "yes" if exact["subgroup_reductions"] else "no: shared-memory reductions",
+        )
+    )
     budget = mem["budget"]
     if isinstance(budget, str):
         rows.append(("memory budget", f"{budget} (no VK_EXT_memory_budget)"))
