@@ -89,7 +89,7 @@ def prime(root: Path) -> None:
     assert kernel_call(validation=False, after=write_tune_file) == []
     (used,) = (root / "spirv").glob("*.spv")
     spirv.clear_memory_cache()
-    spirv.get("softmax_safe.comp", {"STAGE": 1, "TEXEL": 0, "VEC4": 0})
+    spirv.get("softmax_safe.comp", {"STAGE": 1, "TEXEL": 0, "VEC4": 0, "LOG": 0})
     (other,) = set((root / "spirv").glob("*.spv")) - {used}
     other.rename(root / f"other-{other.name}")
 
@@ -215,7 +215,7 @@ def test_shipped_spirv_is_checked(tmp_path, monkeypatch, caplog):
     """A damaged file shipped in the wheel is one warning and a compile, never used."""
     if spirv.compiler_version() == "":
         pytest.skip("needs the compiler")
-    defines = {"STAGE": 0, "TEXEL": 1, "VEC4": 1}
+    defines = {"STAGE": 0, "TEXEL": 1, "VEC4": 1, "LOG": 0}
     skey = spirv.source_key("softmax_online.comp", defines)
     good = spirv.compile_glsl("softmax_online.comp", defines)
     monkeypatch.setattr(spirv, "shipped_dir", lambda: tmp_path)
