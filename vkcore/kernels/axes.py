@@ -18,6 +18,8 @@ import numpy as np
 def normalize_axes(axis: Any, ndim: int) -> tuple[int, ...]:
     """``axis`` (an int, a tuple of distinct ints, or None for every axis) as sorted
     non-negative axes of an ``ndim``-dimensional array."""
+    if type(axis) is int and axis == -1 and ndim:  # the default, on every call: no checks needed
+        return (ndim - 1,)
     if axis is None:
         return tuple(range(ndim))
     items = axis if isinstance(axis, tuple) else (axis,)
@@ -49,6 +51,11 @@ def as_rows(
     ``arr`` with those axes moved last, and a function that turns a result of that shape
     back into ``arr``'s axis order (the result itself when nothing moved, else a view)."""
     ndim = arr.ndim
+    if is_trailing(axes, ndim):  # the common case: no transpose, often no copy
+        split = ndim - len(axes)
+        flat = np.ascontiguousarray(arr, dtype=np.float32)
+        rows, n = math.prod(arr.shape[:split]), math.prod(arr.shape[split:])
+        return flat.reshape(rows, n), arr.shape, _unchanged
     others = tuple(a for a in range(ndim) if a not in axes)
     perm = others + axes
     identity = perm == tuple(range(ndim))
@@ -62,6 +69,10 @@ def as_rows(
         return result if identity else result.transpose(inverse)
 
     return flat, moved.shape, restore
+
+
+def _unchanged(result: np.ndarray) -> np.ndarray:
+    return result
 
 
 def check_out(out: Any, shape: tuple[int, ...], name: str = "out") -> np.ndarray:

@@ -284,6 +284,8 @@ def _normalized(
 def _input(x: Any) -> np.ndarray | Tensor:
     """A float32 Tensor, or an array of floats or integers (integers become float32, exact
     up to 2^24 in magnitude); bool, complex and object input is a TypeError."""
+    if type(x) is np.ndarray and x.dtype == np.float32:  # the common case, checked first
+        return x
     if isinstance(x, (np.ndarray, list, tuple, int, np.integer)):
         try:
             arr = np.asarray(x)
