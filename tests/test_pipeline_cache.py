@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mesa25 import mesa25_env
 
 import vkcore
 from vkcore import cachefs, config, reference
@@ -27,8 +28,6 @@ from vkcore.errors import VulkanError
 
 REPO = Path(__file__).resolve().parent.parent
 WORKER = REPO / "tests" / "pipeline_cache_worker.py"
-FETCH_MESA = REPO / "tests" / "fetch_mesa_backports.sh"
-MESA25 = Path(os.environ.get("VKCORE_MESA25_DIR", REPO / ".venv" / "mesa25"))
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -570,26 +569,6 @@ def test_failed_write_leaves_no_temp_file(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------------------- driver upgrade
-def _mesa25_env() -> dict[str, str]:
-    """Environment selecting Mesa 25's lavapipe, fetching it once; skips if unavailable."""
-    if not (MESA25 / ".complete").exists():
-        try:
-            out = subprocess.run(
-                ["bash", str(FETCH_MESA), str(MESA25)], capture_output=True, text=True, timeout=300
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            pytest.skip(f"Mesa from bookworm-backports unavailable: {exc}")
-        if out.returncode != 0:
-            last = (out.stderr.strip().splitlines() or ["no reason given"])[-1]
-            pytest.skip(f"Mesa from bookworm-backports unavailable: {last}")
-    libdirs = [str(p.parent) for p in MESA25.glob("usr/lib/*/libvulkan_lvp.so")]
-    return {
-        "VK_ICD_FILENAMES": str(MESA25 / "lvp_icd.json"),
-        "LD_LIBRARY_PATH": ":".join([*libdirs, os.environ.get("LD_LIBRARY_PATH", "")]),
-        "VKCORE_DEVICE": "llvmpipe",
-    }
-
-
 def _probe(root: Path, env: dict[str, str] | None = None) -> dict:
     full = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     out = subprocess.run(
@@ -615,7 +594,7 @@ def test_cache_from_one_driver_is_rejected_by_another(root, key, driver_blob, of
 
 
 def test_real_driver_upgrade_mesa25(root):
-    mesa25 = _mesa25_env()
+    mesa25 = mesa25_env()
     old = _probe(root)
     new = _probe(root, mesa25)
     assert "25.0.7" in new["driver_info"] and "25.0.7" not in old["driver_info"]
