@@ -89,8 +89,9 @@ def dummy_buffer(device: Device) -> Buffer:
 def parallelism(device: Device) -> int:
     """How many workgroups keep the device busy: lavapipe's thread count, or a GPU-sized grid."""
     if device.info.is_cpu:
-        threads = os.environ.get("LP_NUM_THREADS")
-        return max(1, int(threads) if threads and threads.isdigit() else (os.cpu_count() or 1))
+        # lavapipe's own thread count: LP_NUM_THREADS (0: none, it runs on the caller's).
+        cores = os.cpu_count() or 1
+        return max(1, config.env_int("LP_NUM_THREADS", cores, lo=0, hi=1024))
     return 1024
 
 
