@@ -6,6 +6,7 @@ import logging
 
 import numpy as np
 import pytest
+from checks import assert_every_matvec_mode
 
 import vkcore
 from vkcore import reference, tune
@@ -63,18 +64,7 @@ def test_any_stored_matvec_rows_gives_correct_results(device, clean, rng, value)
     m, n = 37, 100  # rows not a multiple of any candidate: the last workgroup is partial
     w = (rng.standard_normal((m, n)) * 0.1).astype(np.float32)
     x = rng.standard_normal(n).astype(np.float32)
-    for symmetric in (True, False):
-        qt = vkcore.quantize(w, symmetric=symmetric, device=device)
-        q, s, z = reference.quantize(w, 8, symmetric, True)
-        for activations in ("int8", "uint8"):  # exact modes: bit for bit
-            y = vkcore.matvec(qt, x, activations=activations)
-            assert np.array_equal(y, reference.matvec(q, s, z, x, activations=activations))
-        y = vkcore.matvec(qt, x)
-        np.testing.assert_allclose(y, reference.matvec(q, s, z, x), rtol=1e-5, atol=1e-5)
-        qt.release()
-    f32 = vkcore.F32Matrix(w, device=device)
-    np.testing.assert_allclose(vkcore.matvec_f32(f32, x), w @ x, rtol=1e-5, atol=1e-5)
-    f32.release()
+    assert_every_matvec_mode(device, w, x)  # exact modes bit for bit
     assert value in specialized_rows(device, "matvec.comp")
     assert min(value, 16) in specialized_rows(device, "matvec.comp")
 

@@ -14,6 +14,7 @@ import sys
 
 import numpy as np
 import pytest
+from checks import assert_every_matvec_mode
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -94,18 +95,7 @@ def test_matvec_any_workgroup(device, rng, monkeypatch, size):
     w = (rng.standard_normal((m, n)) * 0.1).astype(np.float32)
     x = rng.standard_normal(n).astype(np.float32)
     x[n - 3] = 9.0  # the activation range is set late in the row
-    for symmetric in (True, False):
-        qt = vkcore.quantize(w, symmetric=symmetric, device=device)
-        q, s, z = reference.quantize(w, 8, symmetric, True)
-        for activations in ("int8", "uint8"):
-            y = vkcore.matvec(qt, x, activations=activations)
-            assert np.array_equal(y, reference.matvec(q, s, z, x, activations=activations))
-        y = vkcore.matvec(qt, x)
-        np.testing.assert_allclose(y, reference.matvec(q, s, z, x), rtol=1e-5, atol=1e-5)
-        qt.release()
-    f32 = vkcore.F32Matrix(w, device=device)
-    np.testing.assert_allclose(vkcore.matvec_f32(f32, x), w @ x, rtol=1e-5, atol=1e-5)
-    f32.release()
+    assert_every_matvec_mode(device, w, x)
 
 
 @settings(
