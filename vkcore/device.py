@@ -150,7 +150,7 @@ class PerDeviceMap(weakref.WeakKeyDictionary[Any, Any]):
 
 
 @contextlib.contextmanager
-def _ctrl_c_deferred() -> Iterator[None]:
+def ctrl_c_deferred() -> Iterator[None]:
     """Hold Ctrl-C until the block ends, then deliver it (main thread only).
 
     A teardown stopped halfway would leave half-destroyed objects that later calls or
@@ -552,7 +552,7 @@ class Device:
 
     def close(self) -> None:
         """Wait for the queue, save the pipeline cache, destroy everything this device owns."""
-        with self.lock, _ctrl_c_deferred():
+        with self.lock, ctrl_c_deferred():
             if self._closed:
                 return
             self._closed = True

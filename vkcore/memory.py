@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from . import placement, vkapi
-from .device import Device, per_device_map, resolve
+from .device import Device, ctrl_c_deferred, per_device_map, resolve
 from .errors import VulkanError
 
 if TYPE_CHECKING:
@@ -702,22 +702,26 @@ class BufferPool:
 
     def _adopt(self, old: Buffer) -> Buffer:
         """A new Buffer object that takes over ``old``'s Vulkan objects (memory, mapping,
-        texel views); ``old`` is forgotten and no longer refers to them."""
+        texel views); ``old`` is forgotten and no longer refers to them.
+
+        The handles move in one step that Ctrl-C cannot split: two objects owning them
+        would both free them (a double free in the driver)."""
         new = Buffer.__new__(Buffer)
+        new.handle = new.memory = new._mapped = new._views = None  # owns nothing yet
         new.device, new.nbytes, new._lock = self.device, old.nbytes, threading.Lock()
-        new.handle, new.memory, new._mapped = old.handle, old.memory, old._mapped
         new.purpose, new.choice = old.purpose, old.choice
         new._coherent, new._allocation_size = old._coherent, old._allocation_size
-        new._views, old._views = old._views, None
-        self._disown(old)
-        self.device.register_buffer(new)
+        with ctrl_c_deferred():
+            self.device.forget_buffer(old)  # if this raises, ``old`` still owns everything
+            new.handle, new.memory, new._mapped, new._views = (
+                old.handle,
+                old.memory,
+                old._mapped,
+                old._views,
+            )
+            old.handle = old.memory = old._mapped = old._views = None
+            self.device.register_buffer(new)
         return new
-
-    def _disown(self, buf: Buffer) -> None:
-        """Forget ``buf`` as an object (its Vulkan handles now belong to another one)."""
-        self.device.forget_buffer(buf)
-        buf.handle = buf.memory = None
-        buf._mapped = None
 
     def release(self, buf: Buffer) -> None:
         """Give ``buf`` back; it is destroyed instead when the pool is full."""
