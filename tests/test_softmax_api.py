@@ -269,3 +269,37 @@ def test_log_softmax_properties(device, x, shift):
     check("log_softmax", moved, shifted)
     slack = 2 * np.spacing(np.float32(abs(shift) + 80)) + 2e-6
     assert (np.abs(moved.astype(np.float64) - ls) <= slack + 1e-6 * np.abs(ls)).all()
+
+
+SMALL_BINDING = 64 << 10  # bytes: inputs above this are split, a binding at a time
+
+
+@pytest.fixture
+def small_bindings(device, monkeypatch):
+    import dataclasses
+
+    small = dataclasses.replace(device.info, max_storage_buffer_range=SMALL_BINDING)
+    monkeypatch.setattr(device, "info", small)
+    return device
+
+
+@pytest.mark.parametrize("name", list(FUNCS))
+@pytest.mark.parametrize("alg", ALGS)
+@pytest.mark.parametrize(
+    "rows, n, shift",
+    [(3, 16384, 16384), (3, 16384, -16384), (2, 40000, 4096), (2, 40000, -4096), (3, 16384, 0)],
+)
+def test_out_overlapping_x_on_the_split_path(small_bindings, rng, name, alg, rows, n, shift):
+    """out shifted against x inside one array (or x itself), inputs larger than a binding:
+    later pieces must still be read from the input, not from results already written."""
+    size = rows * n
+    buf = np.zeros(size + abs(shift), np.float32)
+    x_at, out_at = (0, shift) if shift >= 0 else (-shift, 0)
+    buf[x_at : x_at + size] = (rng.standard_normal(size) * 4).astype(np.float32)
+    x = buf[x_at : x_at + size].reshape(rows, n)
+    expected = FUNCS[name][1](x.copy())
+    out = buf[out_at : out_at + size].reshape(rows, n)
+    got = FUNCS[name][0](x, algorithm=alg, out=out, device=small_bindings)
+    assert got is out
+    err = np.abs(out.astype(np.float64) - expected)
+    assert (err <= 1e-6 + 1e-6 * np.abs(expected)).all(), err.max()

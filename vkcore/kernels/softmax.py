@@ -265,7 +265,11 @@ def _normalized(
     rows, shape, restore = axes.as_rows(data, row_axes)
     trailing = axes.is_trailing(row_axes, ndim)
     if rows.nbytes > binding_bytes(dev):
-        result = target if target is not None and trailing else c.result_array(dev, shape)
+        # Written a binding at a time while later pieces are still read: straight into
+        # ``out`` only where it is the input itself (each piece is read before it is
+        # written) or does not overlap it.
+        direct = target is not None and trailing and _separate_or_same(target, rows)
+        result = target if direct and target is not None else c.result_array(dev, shape)
         _softmax_numpy_split(dev, rows, result.reshape(rows.shape), algorithm, log)
     elif rows.size and _importable(dev, rows):
         result = _softmax_imported(dev, rows, shape, algorithm, log)
@@ -279,6 +283,14 @@ def _normalized(
     if result is not target:
         np.copyto(target, restore(result))
     return target
+
+
+def _separate_or_same(a: np.ndarray, b: np.ndarray) -> bool:
+    """True when ``a`` and ``b`` share no memory, or are the same bytes in the same order."""
+    if not np.may_share_memory(a, b):
+        return True
+    same_start = a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+    return same_start and a.nbytes == b.nbytes and a.flags.c_contiguous and b.flags.c_contiguous
 
 
 def _input(x: Any) -> np.ndarray | Tensor:
