@@ -205,3 +205,24 @@ def test_coldwarm_prints_report_before_a_failing_plot(tmp_path, capsys, monkeypa
     out = capsys.readouterr()
     assert "THE COLDWARM REPORT" in out.out
     assert code == 1 and "disk full" in out.err and "Traceback" not in out.err
+
+
+@pytest.mark.parametrize("argv", [["cache", "ls", "--no-device"], ["info"]])
+def test_a_reader_that_goes_away_is_not_an_error(tmp_path, argv):
+    """`vkcore cache ls | head -1`: the pipe closes before vkcore writes; exit 0, quietly."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, VKCORE_CACHE_DIR=str(tmp_path))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vkcore", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before the first line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0, err
+    assert "error" not in err.lower() and "Traceback" not in err

@@ -46,3 +46,13 @@ def test_info_json_says_what_is_exact_here(capsys):
     assert exact["quantize_q"] == "bit for bit"
     assert report["instance"]["enabled_extensions"] is not None
     assert set(report["memory"]["placement"]) == {"resident", "upload", "readback", "params"}
+
+
+@pytest.mark.parametrize("selector", ["\u0661", "\uff10", "1\u0660"])
+def test_only_ascii_digits_select_a_device_by_index(selector):
+    """int() reads other scripts' digits too; a selector of them is a name, not an index."""
+    import vkcore
+    from vkcore.instance import choose
+
+    with pytest.raises(ValueError, match="matches no device name"):
+        choose(vkcore.devices(), selector)

@@ -110,10 +110,13 @@ def test_cache_dir_that_is_a_file_warns_and_is_the_default(monkeypatch, tmp_path
     assert "not a folder" in caplog.text
 
 
-def test_relative_xdg_cache_home_is_ignored(monkeypatch):
+def test_relative_xdg_cache_home_is_ignored_with_one_warning(monkeypatch, caplog):
     monkeypatch.delenv("VKCORE_CACHE_DIR")
-    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")
-    assert config.cache_dir() == Path.home() / ".cache" / "vkcore"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache-for-this-test")
+    with caplog.at_level(logging.WARNING, logger="vkcore"):
+        assert config.cache_dir() == Path.home() / ".cache" / "vkcore"
+        assert config.cache_dir() == Path.home() / ".cache" / "vkcore"
+    assert caplog.text.count("XDG_CACHE_HOME") == 1 and "absolute" in caplog.text
 
 
 def test_device_selector_that_matches_nothing_warns_and_uses_the_best(monkeypatch, caplog):

@@ -199,6 +199,15 @@ def test_bad_out_is_a_clear_error(device, name):
         f(x, out=ro, device=device)
     with pytest.raises(TypeError, match="out must be"):
         f(x, out=[0.0] * 12, device=device)
+    with pytest.raises(TypeError, match="out must be a numpy array for a numpy x"):
+        f(x, out=vkcore.Tensor.empty((3, 4), np.float32, device), device=device)
+    other = vkcore.Device()
+    try:
+        elsewhere = vkcore.Tensor.empty((3, 4), np.float32, other)
+        with pytest.raises(ValueError, match="another device"):
+            f(vkcore.asarray(x, device=device), out=elsewhere)
+    finally:
+        other.close()
     t = vkcore.asarray(x, device=device)
     with pytest.raises((TypeError, ValueError), match="out"):
         f(t, out=np.zeros((3, 4), np.float32))

@@ -129,8 +129,10 @@ def cache_dir() -> Path:
     if explicit is not None:
         return explicit
     xdg = os.environ.get("XDG_CACHE_HOME", "")
-    if os.path.isabs(xdg):  # the XDG spec: a relative value is invalid and ignored
+    if os.path.isabs(xdg):
         return Path(xdg) / "vkcore"
+    if xdg.strip():  # the XDG spec: a relative value is invalid and ignored
+        warn_ignored("XDG_CACHE_HOME", xdg, "not an absolute path", "~/.cache")
     return Path.home() / ".cache" / "vkcore"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import struct
 import threading
 from collections.abc import Iterable
@@ -549,12 +550,13 @@ def choose(infos: list[DeviceInfo], selector: str | int | None) -> DeviceInfo:
         return min(infos, key=rank)
     listing = "; ".join(f"{i.index}: {i.name}" for i in infos)
     text = str(selector).strip()
-    if text.startswith("-") and text[1:].isdigit():
+    index = re.fullmatch(r"-?[0-9]+", text)  # ASCII digits only: an index, else a name
+    if index and text.startswith("-"):
         raise ValueError(
             f"VKCORE_DEVICE/device index {text} is negative; an index is 0 or more; "
             f"devices are: {listing}"
         )
-    if text.isdigit():
+    if index:
         idx = int(text)
         if idx < len(infos):
             return infos[idx]

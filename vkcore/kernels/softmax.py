@@ -261,6 +261,8 @@ def _normalized(
             )
         return _softmax_tensor(data, len(row_axes), algorithm, log, _tensor_out(out, data))
     dev = resolve(device)
+    if isinstance(out, Tensor):
+        raise TypeError("out must be a numpy array for a numpy x (a Tensor out takes a Tensor x)")
     target = None if out is None else axes.check_out(out, data.shape)
     rows, shape, restore = axes.as_rows(data, row_axes)
     trailing = axes.is_trailing(row_axes, ndim)
@@ -314,10 +316,12 @@ def _tensor_out(out: Any, x: Tensor) -> Tensor | None:
         return None
     if not isinstance(out, Tensor):
         raise TypeError(f"out must be a vkcore.Tensor for a Tensor x, got {type(out).__name__}")
-    if out.dtype != np.float32 or out.shape != x.shape or out.device is not x.device:
+    if out.device is not x.device:
+        raise ValueError("out must be a Tensor on x's device, got one on another device")
+    if out.dtype != np.float32 or out.shape != x.shape:
         raise ValueError(
-            f"out must be a float32 Tensor of shape {x.shape} on x's device, got a "
-            f"{out.dtype} Tensor of shape {out.shape}"
+            f"out must be a float32 Tensor of shape {x.shape}, got a {out.dtype} Tensor of "
+            f"shape {out.shape}"
         )
     if out.buffer is None:
         raise ValueError("out was released")
