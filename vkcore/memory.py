@@ -202,9 +202,25 @@ class Buffer:
                 dev.note_fallback(purpose, self.nbytes, choice, choices[n + 1], exc)
         # Bound once the memory is settled: a buffer cannot be bound a second time, so a
         # failure here is not retried in another type.
-        vkapi.check(
-            lib.vkBindBufferMemory(dev.handle, self.handle, self.memory, 0), "vkBindBufferMemory"
-        )
+        self._bind_memory()
+
+    def _allocate_memory(self, info: Any) -> None:
+        """vkAllocateMemory into ``self.memory``. The handle is kept even when a Ctrl-C
+        arrives as the call returns (no result), so the caller's cleanup frees it."""
+        dev = self.device
+        out = dev.ffi.new("VkDeviceMemory*")
+        result = None
+        try:
+            result = dev.lib.vkAllocateMemory(dev.handle, info, dev.ffi.NULL, out)
+        finally:
+            if result in (None, 0) and out[0] != dev.ffi.NULL:
+                self.memory = out[0]
+        vkapi.check(result, "vkAllocateMemory")
+
+    def _bind_memory(self) -> None:
+        dev = self.device
+        result = dev.lib.vkBindBufferMemory(dev.handle, self.handle, self.memory, 0)
+        vkapi.check(result, "vkBindBufferMemory")
 
     def _allocate_in(self, choice: placement.Choice, size: int) -> None:
         """Allocate and (for a mapped choice) map memory of one type. Each handle is
@@ -216,14 +232,7 @@ class Buffer:
         info = keep.struct(
             "VkMemoryAllocateInfo", allocationSize=size, memoryTypeIndex=choice.type_index
         )
-        out = ffi.new("VkDeviceMemory*")
-        result = None
-        try:
-            result = lib.vkAllocateMemory(dev.handle, info, ffi.NULL, out)
-        finally:
-            if result in (None, 0) and out[0] != ffi.NULL:
-                self.memory = out[0]
-        vkapi.check(result, "vkAllocateMemory")
+        self._allocate_memory(info)
         if choice.mapped:
             # The whole allocation is mapped, so ranges rounded out to nonCoherentAtomSize
             # stay inside the mapping.
@@ -600,17 +609,8 @@ class HostBuffer(Buffer):
         info = keep.struct(
             "VkMemoryAllocateInfo", pNext=imported, allocationSize=size, memoryTypeIndex=index
         )
-        out = ffi.new("VkDeviceMemory*")
-        result = None
-        try:
-            result = lib.vkAllocateMemory(dev.handle, info, ffi.NULL, out)
-        finally:  # no result: interrupted as it returned, the memory may exist
-            if result in (None, 0) and out[0] != ffi.NULL:
-                self.memory = out[0]
-        vkapi.check(result, "vkAllocateMemory")
-        vkapi.check(
-            lib.vkBindBufferMemory(dev.handle, self.handle, self.memory, 0), "vkBindBufferMemory"
-        )
+        self._allocate_memory(info)
+        self._bind_memory()
 
     def write(self, data: np.ndarray, offset: int = 0) -> None:
         raise TypeError("a HostBuffer is the numpy array itself: write to the array")
