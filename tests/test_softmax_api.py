@@ -312,3 +312,16 @@ def test_out_overlapping_x_on_the_split_path(small_bindings, rng, name, alg, row
     assert got is out
     err = np.abs(out.astype(np.float64) - expected)
     assert (err <= 1e-6 + 1e-6 * np.abs(expected)).all(), err.max()
+
+
+@pytest.mark.parametrize("name", list(FUNCS))
+def test_tensor_out_empty_and_released(device, name):
+    f = FUNCS[name][0]
+    empty = vkcore.Tensor.empty((0, 4), np.float32, device)
+    assert f(vkcore.Tensor.empty((0, 4), np.float32, device), out=empty) is empty
+    x = vkcore.asarray(np.zeros((2, 4), np.float32), device=device)
+    gone = vkcore.Tensor.empty((2, 4), np.float32, device)
+    assert gone.buffer is not None
+    gone.buffer.destroy()
+    with pytest.raises(ValueError, match="out is a released Tensor"):
+        f(x, out=gone)

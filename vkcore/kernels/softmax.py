@@ -323,8 +323,7 @@ def _tensor_out(out: Any, x: Tensor) -> Tensor | None:
             f"out must be a float32 Tensor of shape {x.shape}, got a {out.dtype} Tensor of "
             f"shape {out.shape}"
         )
-    if out.buffer is None:
-        raise ValueError("out was released")
+    c.check_tensor(out, "out")  # released (an empty Tensor has no buffer and is fine)
     return out
 
 
