@@ -138,8 +138,3 @@ def cache_dir() -> Path:
 
 def validation_requested() -> bool:
     return env_flag("VKCORE_VALIDATION")
-
-
-def device_selector() -> str | None:
-    """The raw ``VKCORE_DEVICE`` selector; :func:`env_choice` applies the warning rule."""
-    return _text("VKCORE_DEVICE")

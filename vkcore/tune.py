@@ -71,8 +71,7 @@ def tune_path(device: Device) -> Path:
     """Where ``device``'s choices live: next to its pipeline-cache file, same key."""
     cache = getattr(device, "pipeline_cache", None)
     folder = cache.folder if cache is not None and cache.folder is not None else pipeline_dir()
-    name = CacheKey.from_info(device.info).file_name()
-    return folder / (name.rsplit(".", 1)[0] + SUFFIX)
+    return folder / (key_of(device) + SUFFIX)
 
 
 def _workgroup_limit(device: Device) -> int:
