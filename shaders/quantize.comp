@@ -53,7 +53,7 @@ layout(push_constant) uniform Push {
     uint rows;          // rows in this dispatch
     uint w_first;       // index in W of this dispatch's first row (w_row0 * n + offset)
     uint q_row0;        // first row of this dispatch in the Q chunk
-    uint group_row0;    // global index of the first row (for the group lookup)
+    uint group_row0;    // first row of this dispatch in the group parameters (bound per chunk)
     uint group_stride;  // 1: a group per row, 0: one group for the tensor
     int qmin;
     int qmax;
