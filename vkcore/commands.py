@@ -38,6 +38,16 @@ _TRANSFER_READ, _TRANSFER_WRITE = 0x800, 0x1000
 _HOST_READ, _HOST_WRITE = 0x2000, 0x4000
 
 
+def _raise_deferred(interrupted: list[BaseException]) -> None:
+    """Raise the last Ctrl-C a wait held back, if any. It leaves the list as it is raised
+    and is never bound to a name, so no frame keeps the exception its own traceback refers
+    to: that cycle would keep every buffer on the stack (and its device memory) alive
+    until the collector runs."""
+    if interrupted:
+        del interrupted[:-1]
+        raise interrupted.pop()
+
+
 @dataclass(frozen=True)
 class Dispatch:
     """One vkCmdDispatch: a pipeline, its buffers (bindings 0..n-1), push constants, grid."""
@@ -414,7 +424,7 @@ class Submitter:
         if result < 0:
             self._in_flight = False  # nothing was submitted; the fence is untouched
             vkapi.check(result, "vkQueueSubmit")
-        interrupted: BaseException | None = None
+        interrupted: list[BaseException] = []
         fences = self._fences
         try:
             while True:
@@ -425,36 +435,28 @@ class Submitter:
                     vkapi.check(result, "vkWaitForFences")
                     break
                 except KeyboardInterrupt as exc:  # finish the wait, then raise it
-                    interrupted = exc
+                    interrupted.append(exc)
             vkapi.check(lib.vkResetFences(dev.handle, 1, fences), "vkResetFences")
         except BaseException:
             self._settle()
             raise
         self._in_flight = False
-        if interrupted is not None:
-            try:
-                raise interrupted
-            finally:  # this frame must not hold the exception its traceback holds: that
-                interrupted = None  # cycle would keep every buffer of the stack alive
+        _raise_deferred(interrupted)
 
     def _settle(self) -> None:
         """After a submission cut short: wait until the queue is idle, then reset the fence
         (a Ctrl-C meanwhile is raised once both are done)."""
         dev = self.device
-        interrupted: BaseException | None = None
+        interrupted: list[BaseException] = []
         while True:
             try:
                 dev.lib.vkQueueWaitIdle(dev.queue)
                 dev.lib.vkResetFences(dev.handle, 1, self._fences)
                 break
             except KeyboardInterrupt as exc:
-                interrupted = exc
+                interrupted.append(exc)
         self._in_flight = False
-        if interrupted is not None:
-            try:
-                raise interrupted
-            finally:  # this frame must not hold the exception its traceback holds: that
-                interrupted = None  # cycle would keep every buffer of the stack alive
+        _raise_deferred(interrupted)
 
     def _elapsed(self) -> float:
         dev = self.device
