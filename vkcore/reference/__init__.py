@@ -1,0 +1,38 @@
+"""numpy references: the same formulas and documented edge-case answers as the kernels.
+
+Tests and the demo compare every kernel with these functions. One module per kernel
+family; everything is importable from ``vkcore.reference``.
+"""
+
+from .matvec import (
+    ACT_INV,
+    ACT_TINY,
+    matvec,
+    matvec_accumulators,
+    quantize_activations,
+)
+from .quant import (
+    dequantize,
+    flush_subnormals,
+    integer_range,
+    quant_params,
+    quantize,
+    round_quotient,
+)
+from .softmax import log_softmax, softmax
+
+__all__ = [
+    "ACT_INV",
+    "ACT_TINY",
+    "dequantize",
+    "flush_subnormals",
+    "integer_range",
+    "log_softmax",
+    "matvec",
+    "matvec_accumulators",
+    "quant_params",
+    "quantize",
+    "quantize_activations",
+    "round_quotient",
+    "softmax",
+]
