@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from vkcore import bench
+from vkcore.bench import run as bench_run
 from vkcore.cli import main
 
 COMPARISON_KEYS = {
@@ -80,10 +81,10 @@ def test_a_failing_comparison_is_reported_and_the_rest_still_run(device, monkeyp
     def broken(*args, **kwargs):
         raise RuntimeError("shader compile failed\nsecond line")
 
-    monkeypatch.setattr(bench, "tiny_overhead", broken)
-    monkeypatch.setattr(bench, "SOFTMAX_SHAPES_QUICK", [(2, 256)])
-    monkeypatch.setattr(bench, "has_quant_kernels", lambda: False)
-    monkeypatch.setattr(bench, "softmax_vs_numpy", lambda *a: iter(()))
+    monkeypatch.setattr(bench_run, "tiny_overhead", broken)
+    monkeypatch.setattr(bench_run, "SOFTMAX_SHAPES_QUICK", [(2, 256)])
+    monkeypatch.setattr(bench_run, "has_quant_kernels", lambda: False)
+    monkeypatch.setattr(bench_run, "softmax_vs_numpy", lambda *a: iter(()))
     result = bench.run_bench(device, quick=True, repeats=1, progress=False)
     assert result["errors"] == [
         {"step": "tiny softmax overhead", "error": "RuntimeError: shader compile failed"}
@@ -158,8 +159,8 @@ def test_side_by_side_runs_blocks_in_alternating_order(repeats, block):
 def test_a_device_without_timestamps_prints_na_for_device_time_rows(device, monkeypatch):
     """timestampValidBits == 0 is a normal device: device-time rows are n/a, not a crash."""
     monkeypatch.setattr(device.submitter, "timestamps", False)
-    monkeypatch.setattr(bench, "SOFTMAX_SHAPES_QUICK", [(4, 256)])
-    monkeypatch.setattr(bench, "MATVEC_SHAPES_QUICK", [(64, 256)])
+    monkeypatch.setattr(bench_run, "SOFTMAX_SHAPES_QUICK", [(4, 256)])
+    monkeypatch.setattr(bench_run, "MATVEC_SHAPES_QUICK", [(64, 256)])
     result = bench.run_bench(device, quick=True, repeats=1, progress=False)
     assert result["errors"] == []
     rows = {c["group"]: c for c in result["comparisons"]}
