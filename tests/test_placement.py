@@ -115,3 +115,29 @@ def test_resident_always_falls_back_to_device_local_through_staging(name):
     assert all(i > max(staged) for i in host), "host memory only after device-local memory"
     for c in choices[: staged[0]]:  # mapped device-local first: offered again unmapped
         assert P.Choice(c.type_index, False, c.coherent) in choices
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_imported_host_memory_takes_a_coherent_type_cached_first(name):
+    """numpy touches imported pages with no flush or invalidate: only coherent types."""
+    types, _ = memory(load(name))
+    every = (1 << len(types)) - 1
+    index = P.import_type(types, every)
+    coherent = [t for t in types if t.flags & P.HOST_COHERENT and P._ordinary(t)]
+    if not coherent:
+        assert index is None
+        return
+    chosen = types[index]
+    assert chosen.flags & P.HOST_COHERENT
+    if any(t.flags & P.HOST_CACHED for t in coherent):
+        assert chosen.flags & P.HOST_CACHED
+    for t in types:  # each type allowed alone: that type if coherent, else nothing
+        alone = P.import_type(types, 1 << t.index)
+        assert alone == (t.index if t in coherent else None)
+
+
+def test_import_type_with_no_allowed_type_is_none():
+    types = [P.MemoryType(0, P.HOST_VISIBLE | P.HOST_COHERENT, 0)]
+    assert P.import_type(types, 0) is None
+    assert P.import_type([P.MemoryType(0, P.HOST_VISIBLE, 0)], 1) is None
+    assert P.import_type(types, 1) == 0

@@ -597,12 +597,13 @@ class HostBuffer(Buffer):
         )
         req = ffi.new("VkMemoryRequirements*")
         lib.vkGetBufferMemoryRequirements(dev.handle, self.handle, req)
-        bits = props.memoryTypeBits & req.memoryTypeBits
-        if not bits:
+        index = placement.import_type(dev.memory_types, props.memoryTypeBits & req.memoryTypeBits)
+        if index is None:
             raise VulkanError(
-                "vkGetMemoryHostPointerPropertiesEXT", 0, "no memory type can import this pointer"
+                "vkGetMemoryHostPointerPropertiesEXT",
+                0,
+                "no host-coherent memory type can import this pointer",
             )
-        index = (bits & -bits).bit_length() - 1
         imported = keep.struct(
             "VkImportMemoryHostPointerInfoEXT", handleType=_HOST_ALLOCATION, pHostPointer=host_ptr
         )

@@ -208,3 +208,18 @@ def _params(ts: Sequence[MemoryType], heaps: Sequence[MemoryHeap], direct: bool)
     # Small and read by the device: mappable device memory (the BAR window) is best.
     hv.sort(key=lambda t: (not _has(t, DEVICE_LOCAL), not _has(t, HOST_COHERENT)))
     return [(t, True) for t in hv]
+
+
+def import_type(types: Sequence[MemoryType], type_bits: int) -> int | None:
+    """The memory type for host memory imported as a buffer (VK_EXT_external_memory_host),
+    among ``type_bits`` (what vkGetMemoryHostPointerPropertiesEXT and the buffer allow).
+
+    numpy reads and writes the imported pages directly, with no flush or invalidate, so
+    only HOST_COHERENT types qualify; cached ones first (the pages are ordinary host
+    memory, and an uncached mapping would slow numpy's own accesses). None when no
+    coherent type can import the pointer (the caller copies instead).
+    """
+    allowed = [t for t in types if type_bits >> t.index & 1 and _ordinary(t)]
+    coherent = [t for t in allowed if _has(t, HOST_COHERENT)]
+    coherent.sort(key=lambda t: not _has(t, HOST_CACHED))  # stable: index order otherwise
+    return coherent[0].index if coherent else None
