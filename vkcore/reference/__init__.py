@@ -7,9 +7,12 @@ family; everything is importable from ``vkcore.reference``.
 from .matvec import (
     ACT_INV,
     ACT_TINY,
+    group_rowsums,
     matvec,
     matvec_accumulators,
+    quantize_activation_columns,
     quantize_activations,
+    sequential_sum,
 )
 from .quant import (
     dequantize,
@@ -26,13 +29,16 @@ __all__ = [
     "ACT_TINY",
     "dequantize",
     "flush_subnormals",
+    "group_rowsums",
     "integer_range",
     "log_softmax",
     "matvec",
     "matvec_accumulators",
     "quant_params",
     "quantize",
+    "quantize_activation_columns",
     "quantize_activations",
     "round_quotient",
+    "sequential_sum",
     "softmax",
 ]

@@ -1,4 +1,12 @@
-"""numpy references of activation quantization and the matvec kernels (vkcore.kernels.matvec)."""
+"""numpy references of activation quantization and the matvec kernels (vkcore.kernels.matvec).
+
+Parameters follow the QuantizedTensor layouts: ``scale`` / ``zero_point`` of shape ``()``
+(per tensor), ``(m,)`` (per channel) or ``(m, G)`` with ``group_size = g`` (row ``i``,
+column ``j`` uses element ``(i, j // g)``; ``G = ceil(n / g)``, the last group may be
+shorter). ``x`` is a vector ``(n,)`` or a batch ``(n, b)`` whose columns are independent
+activation vectors (each quantized on its own in the integer modes); ``y`` has shape
+``(m,)`` or ``(m, b)`` accordingly.
+"""
 
 from __future__ import annotations
 
@@ -42,12 +50,108 @@ def quantize_activations(x: np.ndarray, mode: str) -> tuple[np.ndarray, np.float
     return q, s, z
 
 
-def matvec_accumulators(
-    q: np.ndarray, zero_point: np.ndarray, qx: np.ndarray, zx: int
+def quantize_activation_columns(
+    x: np.ndarray, mode: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each column of ``x`` (shape ``(n, b)``) quantized on its own by
+    :func:`quantize_activations`: codes ``(n, b)``, ``s_x`` float32 ``(b,)``, ``z_x``
+    int64 ``(b,)``."""
+    x = np.asarray(x, np.float32)
+    cols = [quantize_activations(x[:, k], mode) for k in range(x.shape[1])]
+    dtype = np.int8 if mode == "int8" else np.uint8
+    q = np.stack([c[0] for c in cols], axis=1) if cols else np.zeros(x.shape, dtype)
+    s = np.array([c[1] for c in cols], np.float32)
+    z = np.array([c[2] for c in cols], np.int64)
+    return q.astype(dtype), s, z
+
+
+def group_cols(n: int, params: np.ndarray, group_size: int | None) -> int:
+    """Columns per parameter group: ``group_size``, or n for per-tensor / per-channel
+    parameters. A ``(m, G)`` array with G > 1 needs ``group_size`` (G alone does not fix it)."""
+    params = np.asarray(params)
+    if group_size is not None:
+        if isinstance(group_size, bool) or int(group_size) < 1:
+            raise ValueError(f"group_size must be a positive int, got {group_size!r}")
+        g = int(group_size)
+        want = -(-n // g)
+        if params.ndim != 2 or params.shape[1] != want:
+            raise ValueError(
+                f"with group_size={g} and n={n} the parameters must have shape (m, {want}), "
+                f"got {params.shape}"
+            )
+        return g
+    if params.ndim == 2 and params.shape[1] != 1:
+        raise ValueError(f"parameters of shape {params.shape} need group_size (columns per group)")
+    return n
+
+
+def group_params(params: np.ndarray, m: int, n: int, g: int, dtype: type) -> np.ndarray:
+    """Parameters as an ``(m, G)`` array, ``G = ceil(n / g)`` (broadcast from () or (m,))."""
+    groups = -(-n // g)
+    p = np.asarray(params, dtype)
+    if p.ndim == 1:
+        p = p[:, None]
+    return np.broadcast_to(p, (m, groups))
+
+
+def weights_minus_zero(q: np.ndarray, zero_point: np.ndarray, g: int) -> np.ndarray:
+    """``v_ij = Q_ij - z_{i, j // g}`` as int64, shape ``(m, n)``."""
+    m, n = q.shape
+    z = group_params(zero_point, m, n, g, np.int64)
+    return q.astype(np.int64) - np.repeat(z, g, axis=1)[:, :n]
+
+
+def group_rowsums(
+    q: np.ndarray, zero_point: np.ndarray, group_size: int | None = None
 ) -> np.ndarray:
-    """Exact int64 ``acc_i = sum_j (Q_ij - z_i) (qx_j - z_x)``."""
-    v = q.astype(np.int64) - np.asarray(zero_point, np.int64).reshape(-1, 1)
-    return v @ (qx.astype(np.int64) - int(zx))
+    """``V_ig = sum_{j in g} (Q_ij - z_ig)`` as int64, shape ``(m, G)`` (G = 1 per channel
+    or per tensor): the correction of the uint8-activation mode."""
+    m, n = q.shape
+    g = group_cols(n, zero_point, group_size)
+    return _group_sum(weights_minus_zero(q, zero_point, g), g)
+
+
+def _group_sum(a: np.ndarray, g: int) -> np.ndarray:
+    """Sum over each group of g columns of an int64 ``(m, n, ...)`` array: ``(m, G, ...)``."""
+    n = a.shape[1]
+    starts = np.arange(0, n, g)
+    return np.add.reduceat(a, starts, axis=1)
+
+
+def matvec_accumulators(
+    q: np.ndarray,
+    zero_point: np.ndarray,
+    qx: np.ndarray,
+    zx: int | np.ndarray,
+    group_size: int | None = None,
+) -> np.ndarray:
+    """Exact int64 ``acc_ig = sum_{j in g} (Q_ij - z_ig) (qx_j - z_x)``.
+
+    For one activation vector ``qx`` ``(n,)``: shape ``(m,)`` without ``group_size``
+    (one group of n columns), ``(m, G)`` with it. For a batch ``qx`` ``(n, b)`` with
+    ``zx`` of shape ``(b,)`` (or a scalar): ``(m, b)`` / ``(m, G, b)``.
+    """
+    m, n = q.shape
+    g = group_cols(n, zero_point, group_size)
+    v = weights_minus_zero(q, zero_point, g)
+    qxc = qx.astype(np.int64) - np.asarray(zx, np.int64)
+    if group_size is None:
+        return v @ qxc
+    groups = -(-n // g)
+    pad = groups * g - n  # zero columns: they add nothing to the last group
+    vg = np.pad(v, ((0, 0), (0, pad))).reshape(m, groups, g)
+    cols = qxc if qxc.ndim == 2 else qxc[:, None]
+    xg = np.pad(cols, ((0, pad), (0, 0))).reshape(groups, g, cols.shape[1])
+    acc = np.einsum("mgk,gkb->mgb", vg, xg)  # int64: exact
+    return acc if qxc.ndim == 2 else acc[:, :, 0]
+
+
+def sequential_sum(t: np.ndarray) -> np.ndarray:
+    """``fl(...fl(fl(t_0 + t_1) + t_2)... + t_{G-1})`` along axis 1 in float32 (increasing g)."""
+    y = t[:, 0].astype(np.float32)
+    for gi in range(1, t.shape[1]):
+        y = (y + t[:, gi]).astype(np.float32)
+    return y
 
 
 def matvec(
@@ -57,23 +161,50 @@ def matvec(
     x: np.ndarray,
     bias: np.ndarray | None = None,
     activations: str = "float",
+    group_size: int | None = None,
 ) -> np.ndarray:
-    """y as the matvec kernel defines it.
+    """y as the matvec kernel defines it, ``v_ij = Q_ij - z_ig``.
 
-    float: y_i = s_i * sum_j (Q_ij - z_i) x_j + b_i, here summed in float64 (the kernel
-    sums in float32, so compare within a tolerance).
-    int8/uint8: y_i = float32(s_i * s_x) * float32(acc_i) + b_i, each step one float32
-    rounding, acc_i exact (see matvec_accumulators): the kernel matches bit for bit.
+    float: ``y_i = sum_g s_ig * (sum_{j in g} v_ij x_j) + b_i``, here summed in float64
+    and rounded once (the kernel sums in float32: compare within a tolerance).
+    int8/uint8: x quantized per vector (per column of a batch) by
+    :func:`quantize_activations`; ``acc_ig`` exact (:func:`matvec_accumulators`);
+    ``t_ig = fl(fl(s_ig * s_x) * fl(acc_ig))``; ``y_i = fl(sequential_sum_g(t_ig) + b_i)``,
+    the group terms added in increasing g starting from ``t_i0``. With one group this is
+    ``fl(fl(fl(s_i s_x) fl(acc_i)) + b_i)``. The kernel matches it bit for bit.
     """
-    m = q.shape[0]
-    s = np.broadcast_to(np.asarray(scale, np.float32), (m,))
-    z = np.broadcast_to(np.asarray(zero_point, np.int32), (m,))
+    x = np.asarray(x)
+    if x.ndim == 2:
+        return _batched(q, scale, zero_point, x, bias, activations, group_size)
+    m, n = q.shape
+    g = group_cols(n, scale, group_size)
+    s = group_params(scale, m, n, g, np.float32)
     b = np.zeros(m, np.float32) if bias is None else np.asarray(bias, np.float32)
     if activations == "float":
-        v = q.astype(np.float64) - z[:, None]
-        acc = v @ flush_subnormals(x).astype(np.float64)
-        return (s.astype(np.float64) * acc + b).astype(np.float32)
-    qx, sx, zx = quantize_activations(x, activations)
-    acc = matvec_accumulators(q, z, qx, zx)
-    scale_xy = (s * sx).astype(np.float32)
-    return (scale_xy * acc.astype(np.float32) + b).astype(np.float32)
+        v = weights_minus_zero(q, zero_point, g).astype(np.float64)
+        sx = np.repeat(s.astype(np.float64), g, axis=1)[:, :n]
+        acc = (sx * v) @ flush_subnormals(x).astype(np.float64)
+        return (acc + b).astype(np.float32)
+    qx, sxa, zx = quantize_activations(x, activations)
+    acc = matvec_accumulators(q, zero_point, qx, zx, g if group_size is not None else None)
+    acc = acc.reshape(m, -1)
+    t = (s * sxa).astype(np.float32) * acc.astype(np.float32)
+    return (sequential_sum(t.astype(np.float32)) + b).astype(np.float32)
+
+
+def _batched(
+    q: np.ndarray,
+    scale: np.ndarray,
+    zero_point: np.ndarray,
+    x: np.ndarray,
+    bias: np.ndarray | None,
+    activations: str,
+    group_size: int | None,
+) -> np.ndarray:
+    """Column k of the result is :func:`matvec` of column k of ``x`` (its own ``s_x``)."""
+    m = q.shape[0]
+    cols = [
+        matvec(q, scale, zero_point, x[:, k], bias, activations, group_size)
+        for k in range(x.shape[1])
+    ]
+    return np.stack(cols, axis=1) if cols else np.zeros((m, 0), np.float32)
