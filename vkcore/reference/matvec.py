@@ -88,7 +88,7 @@ def group_cols(n: int, params: np.ndarray, group_size: int | None) -> int:
 def group_params(params: np.ndarray, m: int, n: int, g: int, dtype: type) -> np.ndarray:
     """Parameters as an ``(m, G)`` array, ``G = ceil(n / g)`` (broadcast from () or (m,))."""
     groups = -(-n // g)
-    p = np.asarray(params, dtype)
+    p: np.ndarray = np.asarray(params, dtype)
     if p.ndim == 1:
         p = p[:, None]
     return np.broadcast_to(p, (m, groups))
