@@ -120,3 +120,25 @@ def test_choices_do_not_keep_a_device_alive():
     del dev
     gc.collect()
     assert ref() is None
+
+
+def test_candidates_include_the_smallest_subgroup_size_of_a_size_control_range(device):
+    """A device compiling 32..64 wide (RDNA on RADV) also gets 32 timed."""
+    import dataclasses
+
+    from devices import NAMES, RecordedDevice
+
+    for name in NAMES:
+        rec = RecordedDevice(name)
+        sizes = tune.candidates(rec)
+        low, sub = rec.info.min_subgroup_size, rec.info.subgroup_size
+        if 1 <= low < sub:
+            assert low in sizes, name
+        assert sub in sizes or sub > max(sizes), name
+    odd = dataclasses.replace(device.info, min_subgroup_size=device.info.subgroup_size // 2)
+    original = device.info
+    device.info = odd
+    try:
+        assert odd.min_subgroup_size in tune.candidates(device)
+    finally:
+        device.info = original

@@ -198,10 +198,16 @@ def _trial(device: Device, name: str, value: int) -> Iterator[None]:
 
 
 def candidates(device: Device) -> list[int]:
-    """Workgroup sizes worth timing: the subgroup size and a few multiples up to 256."""
+    """Workgroup sizes worth timing: the subgroup size and a few multiples up to 256, and
+    the smallest subgroup size the driver may compile for (RDNA on RADV: 32 of 32..64)."""
     sub = max(1, device.info.subgroup_size or 1)
-    sizes = sorted({sub, 2 * sub, 64, 128, 256})
+    sizes = sorted({sub, 2 * sub, 64, 128, 256} | _smallest_subgroup(device))
     return [s for s in sizes if s <= _workgroup_limit(device)]
+
+
+def _smallest_subgroup(device: Device) -> set[int]:
+    low = int(device.info.min_subgroup_size or 0)
+    return {low} if 1 <= low < (device.info.subgroup_size or 0) else set()
 
 
 def clock(device: Device) -> str:
