@@ -1,12 +1,18 @@
 #version 450
-// RTN quantization of float32 weights; each invocation quantizes one block of 16
-// columns of one row and stores it as one uvec4 (16 bytes).
+// RTN quantization of float32 weights; each invocation quantizes one stored block of
+// 16 bytes of one row and stores it as one uvec4: 16 columns one byte each, or with
+// PACKED 32 columns two per byte (column 2k in the low nibble of byte k, 2k + 1 in the
+// high nibble; symmetric codes as 4-bit two's complement).
 //
 // q = clamp(roundEven(w / s) + z, qmin, qmax), with roundEven of the exact real quotient
 // (see quant_common.glsl). The host passes each group's scale normalized into [1, 2)
 // and two powers of two whose product normalizes it (multiplying by them is exact), so
 // (w * f1 * f2) / s_norm = w / s. Columns past n (row padding up to the row stride)
-// store z, which dequantizes to 0.
+// store the z of the row's last group, which dequantizes to 0.
+//
+// Parameters: row r's start at element (group_row0 + r) * group_stride (stride 0: one set
+// for the tensor). GROUPED 0: one set per row. GROUPED 1: column c uses element
+// min(c / group_cols, last_group) past that start (padding columns: the last group).
 //
 // The code is straight-line on purpose: a CPU driver (lavapipe) runs both sides of every
 // branch and loads memory lane by lane, so fewer, wider loads and no branches win.
@@ -19,6 +25,11 @@
 layout(local_size_x_id = 0) in;
 // Rows per invocation: a specialization constant, so `vkcore tune` can choose it per device.
 layout(constant_id = 1) const uint ROWS = 4u;
+#if PACKED
+const uint COLS = 32u;  // columns per stored block
+#else
+const uint COLS = 16u;
+#endif
 
 #if TEXEL
 // W and the group parameters read through uniform texel buffers (rgba32f and rgba32ui
@@ -54,20 +65,34 @@ layout(push_constant) uniform Push {
     uint w_first;       // index in W of this dispatch's first row (w_row0 * n + offset)
     uint q_row0;        // first row of this dispatch in the Q chunk
     uint group_row0;    // first row of this dispatch in the group parameters (bound per chunk)
-    uint group_stride;  // 1: a group per row, 0: one group for the tensor
+    uint group_stride;  // parameter sets per row (G, or 1 per channel); 0: one for the tensor
     int qmin;
     int qmax;
-    uint block0;        // first block (of 16 columns) of this dispatch
+    uint block0;        // first stored block (COLS columns) of this dispatch
+    uint group_cols;    // GROUPED: columns per group
+    uint last_group;    // GROUPED: G - 1
 } pc;
 
+// Stores code q of column i of the block into the packed words.
+void put(inout uvec4 words, uint i, int q) {
+#if PACKED
+    words[i / 8u] |= (uint(q) & 0xfu) << (4u * (i % 8u));
+#else
+    words[i / 4u] |= (uint(q) & 0xffu) << (8u * (i % 4u));
+#endif
+}
+
 void quantize_block(uint block, uint r) {
-    Group g = group_at((pc.group_row0 + r) * pc.group_stride);
+    uint first_group = (pc.group_row0 + r) * pc.group_stride;
+#if !GROUPED
+    Group g = group_at(first_group);
     Divisor d = divisor_of(g);
-    uint col0 = block * 16u;
+#endif
+    uint col0 = block * COLS;
     uint w_base = pc.w_first + r * pc.n;
-    float v[16];
+    float v[COLS];
 #if VEC
-    [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+    [[unroll]] for (uint i = 0u; i < COLS / 4u; ++i) {
         vec4 a = W4((w_base + col0) / 4u + i);
         v[4u * i] = a.x;
         v[4u * i + 1u] = a.y;
@@ -75,17 +100,21 @@ void quantize_block(uint block, uint r) {
         v[4u * i + 3u] = a.w;
     }
 #else
-    [[unroll]] for (uint i = 0u; i < 16u; ++i) v[i] = w[w_base + min(col0 + i, pc.n - 1u)];
+    [[unroll]] for (uint i = 0u; i < COLS; ++i) v[i] = w[w_base + min(col0 + i, pc.n - 1u)];
 #endif
-    uvec4 packed = uvec4(0u);
-    [[unroll]] for (uint i = 0u; i < 16u; ++i) {
+    uvec4 words = uvec4(0u);
+    [[unroll]] for (uint i = 0u; i < COLS; ++i) {
+#if GROUPED
+        Group g = group_at(first_group + min((col0 + i) / pc.group_cols, pc.last_group));
+        Divisor d = divisor_of(g);
+#endif
         int q = quantize_value(v[i], g, d, pc.qmin, pc.qmax);
 #if !VEC
         q = col0 + i < pc.n ? q : g.z;  // VEC blocks lie inside the row
 #endif
-        packed[i / 4u] |= (uint(q) & 0xffu) << (8u * (i % 4u));
+        put(words, i, q);
     }
-    q4[(pc.q_row0 + r) * pc.row_blocks + block] = packed;
+    q4[(pc.q_row0 + r) * pc.row_blocks + block] = words;
 }
 
 void main() {

@@ -7,7 +7,9 @@
 // Integers and scales equal the host path's bit for bit.
 //
 // Needs rows of a multiple of 4 floats starting 16-byte aligned (vec4 loads). Output per
-// row: the packed blocks (the last one padded with 0 = z), and in `rowinfo` the scale's
+// row: the stored blocks (the last one padded with 0 = z): 16 codes one byte each, or
+// with PACKED (bits <= 4) 32 codes two per byte (column 2k in the low nibble of byte k,
+// as 4-bit two's complement), and in `rowinfo` the scale's
 // bits and a flag for a NaN or infinity in the row (the host then raises its error).
 #extension GL_GOOGLE_include_directive : require
 #include "quant_common.glsl"
@@ -94,12 +96,22 @@ Group group_of_scale(uint s_bits) {
                  uintBitsToFloat(uint(e - e1 + 127) << 23), 0);
 }
 
-uint quantize_word(vec4 a, Group g, Divisor d, int qmax) {
-    uint word = 0u;
+#if PACKED
+const uint CODE_BITS = 4u;
+const uint CODE_MASK = 0xfu;
+#else
+const uint CODE_BITS = 8u;
+const uint CODE_MASK = 0xffu;
+#endif
+const uint VEC4_PER_WORD = 32u / (4u * CODE_BITS);  // 2 packed, 1 unpacked
+
+// The codes of four columns, in the low 4 * CODE_BITS bits.
+uint quantize_vec4(vec4 a, Group g, Divisor d, int qmax) {
+    uint bits = 0u;
     for (uint j = 0u; j < 4u; ++j) {
-        word |= (uint(quantize_value(a[j], g, d, -qmax, qmax)) & 0xffu) << (8u * j);
+        bits |= (uint(quantize_value(a[j], g, d, -qmax, qmax)) & CODE_MASK) << (CODE_BITS * j);
     }
-    return word;
+    return bits;
 }
 
 void main() {
@@ -119,7 +131,7 @@ void main() {
                                                      : rounded_quotient_bits(amax_bits, pc.qmax);
     if (lane == 0u) rowinfo[pc.info_row0 + r] = uvec2(s_bits, bad);
 
-    // Pass 2: 16 columns per step; the last block's columns past the row give q = 0.
+    // Pass 2: one stored block per step; the last block's columns past the row give q = 0.
     Group g = group_of_scale(s_bits);
     Divisor d = divisor_of(g);
     int qmax = int(pc.qmax);
@@ -127,9 +139,13 @@ void main() {
     for (uint b = lane; b < pc.row_blocks; b += step) {
         uvec4 packed;
         for (uint k = 0u; k < 4u; ++k) {
-            uint v = 4u * b + k;
-            uint word = quantize_word(W4(base + min(v, pc.n4 - 1u)), g, d, qmax);
-            packed[k] = v < pc.n4 ? word : 0u;
+            uint word = 0u;
+            for (uint h = 0u; h < VEC4_PER_WORD; ++h) {
+                uint v = (4u * b + k) * VEC4_PER_WORD + h;
+                uint part = quantize_vec4(W4(base + min(v, pc.n4 - 1u)), g, d, qmax);
+                word |= (v < pc.n4 ? part : 0u) << (16u * h);
+            }
+            packed[k] = word;
         }
         q4[q_base + b] = packed;
     }

@@ -57,7 +57,7 @@ def test_quantize_and_dequantize_split_by_rows(
     w = rng.standard_normal((150, n)).astype(np.float32)  # 24 KB: ~25 bindings of input
     w[5] += 3
     qt = vkcore.quantize(w, bits=bits, symmetric=symmetric, per_channel=per_channel, device=device)
-    assert len(qt.chunks) > 5
+    assert len(qt.chunks) > (2 if bits <= 4 else 5)  # 4 bits: two codes a byte, half the rows
     q, s, z = reference.quantize(w, bits, symmetric, per_channel)
     assert np.array_equal(qt.q, q)
     assert np.array_equal(qt.scale.view(np.uint32), s.view(np.uint32))

@@ -36,7 +36,7 @@ one 16-column block in ``quant_rows(device)`` rows with straight-line code.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,26 +48,45 @@ from ..device import Device, resolve
 from ..memory import Buffer, HostBuffer, Tensor, buffer_pool, can_import_host, host_pool
 from . import _common as c
 from . import variants
+from .qlayout import BLOCK, Layout, check_bits, check_group_size, integer_range
+from .qtensor import (  # noqa: F401  (re-exported: matvec and tests import them from here)
+    Chunk,
+    QuantizedTensor,
+    ScratchOwner,
+    free_partial,
+    lease_chunks,
+    row_slices,
+    upload,
+)
 
 WORKGROUP = 64
 # Rows per quantize/dequantize invocation (fewer workgroups; on lavapipe 4 beats 2 and 8),
 # unless `vkcore tune` stored another value for the device: see quant_rows.
 QUANT_ROWS = 4
 IMPORT_MIN_BYTES = 1 << 20  # smaller weights are copied: importing costs more than it saves
-BLOCK = 16  # bytes per stored block of a row
 _TINY = np.float32(np.finfo(np.float32).tiny)
 _SMALLEST = np.float32(2.0**-149)
 # Every variant these kernels can request, with the device-dependent defines of
 # variants.defines (RTE: all three promise exact results; SUBGROUP: quantize_rows reduces).
 variants.register(
     "quantize.comp",
-    [{"VEC": v, "TEXEL": t} for v, t in ((1, 1), (1, 0), (0, 0))],
+    [
+        {"VEC": v, "TEXEL": t, "GROUPED": g, "PACKED": p}
+        for v, t in ((1, 1), (1, 0), (0, 0))
+        for g in (0, 1)
+        for p in (0, 1)
+    ],
     exact=True,
     reduces=False,
 )
-variants.register("quantize_rows.comp", spirv.define_grid(TEXEL=[0, 1]), exact=True, reduces=True)
 variants.register(
-    "dequantize.comp", spirv.define_grid(VEC=[0, 1], TEXEL=[0, 1]), exact=True, reduces=False
+    "quantize_rows.comp", spirv.define_grid(TEXEL=[0, 1], PACKED=[0, 1]), exact=True, reduces=True
+)
+variants.register(
+    "dequantize.comp",
+    spirv.define_grid(VEC=[0, 1], TEXEL=[0, 1], GROUPED=[0, 1], PACKED=[0, 1]),
+    exact=True,
+    reduces=False,
 )
 _PARAMS = np.dtype([("s_norm", "<f4"), ("f1", "<f4"), ("f2", "<f4"), ("z", "<i4")])
 
@@ -78,9 +97,22 @@ def binding_limit(device: Device) -> int:
 
 
 def vectors_fit(device: Device, m: int) -> bool:
-    """Whether one binding holds a 4-byte value per output row (y, bias, scales, zero
-    points, row sums); where it does not, each row chunk binds its own slice."""
+    """Whether one binding holds ``m`` 4-byte values (y, bias, scales, zero points, row
+    sums); where it does not, each row chunk binds its own slice."""
     return 4 * m <= binding_limit(device)
+
+
+def rows_per_buffer(device: Device, row_bytes: int, what: str) -> int:
+    """Rows of ``row_bytes`` one binding holds; a row longer than a binding (rows are
+    never split by columns) is a ValueError naming ``what`` (the argument's row)."""
+    limit = binding_limit(device)
+    rows = limit // row_bytes
+    if rows == 0:
+        raise ValueError(
+            f"{what} needs {row_bytes} bytes, more than this device's storage-buffer "
+            f"binding limit (maxStorageBufferRange: {limit} bytes); split the matrix by columns"
+        )
+    return rows
 
 
 def quant_rows(device: Device) -> int:
@@ -90,160 +122,23 @@ def quant_rows(device: Device) -> int:
     return int(tune.choice(device, "quant_rows") or QUANT_ROWS)
 
 
-def integer_range(bits: int, symmetric: bool) -> tuple[int, int]:
-    half = 2 ** (bits - 1) - 1
-    return (-half, half) if symmetric else (0, 2**bits - 1)
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """Rows ``[row0, row0 + rows)`` of the quantized matrix, stored in ``buffer``."""
-
-    row0: int
-    rows: int
-    buffer: Buffer
-
-
-class ScratchOwner:
-    """Row chunks of a matrix on the device, plus per-call buffers (vectors in and out)
-    kept for reuse by later calls."""
-
-    device: Device
-    chunks: list[Chunk]
-    scratch: dict[str, Buffer]
-    released = False
-    _remake = "create it again"  # what to do after release(), for the error message
-
-    def release(self) -> None:
-        """Free the device memory now (also happens when the object is collected)."""
-        self.released = True  # first: whatever fails below, nothing uses it again
-        for ch in self.chunks:
-            ch.buffer.destroy()
-        for buf in self.scratch.values():
-            buf.destroy()
-        self.scratch.clear()
-
-    def check_usable(self) -> None:
-        """Raise if the device is closed or :meth:`release` was called, saying which."""
-        self.device.check()
-        if self.released:
-            kind = type(self).__name__
-            raise c.ReleasedError(
-                f"this vkcore.{kind} was released (release() freed its device memory; "
-                f"its device is still open); {self._remake}"
-            )
-
-    def scratch_buffer(self, name: str, nbytes: int) -> Buffer:
-        """A buffer of at least ``nbytes`` kept for reuse across calls."""
-        buf = self.scratch.get(name)
-        if buf is None or not buf.alive or buf.nbytes < nbytes:
-            if buf is not None:
-                buf.destroy()
-            buf = Buffer(self.device, nbytes)
-            self.scratch[name] = buf
-        return buf
-
-
-class QuantizedTensor(ScratchOwner):
-    """Quantized weights kept on the device, with their scale and zero point.
-
-    ``q``, ``scale`` and ``zero_point`` read back as numpy arrays (``q``: int8 when
-    symmetric, uint8 otherwise, shape ``(m, n)``; ``scale``: float32 and ``zero_point``:
-    int32, shape ``(m,)`` per channel or ``()`` per tensor). ``scale_tensor`` and
-    ``zero_point_tensor`` are the device copies. Create one with :func:`quantize`.
-    """
-
-    _remake = "quantize the weights again"
-
-    def __init__(
-        self,
-        device: Device,
-        shape: tuple[int, int],
-        bits: int,
-        symmetric: bool,
-        per_channel: bool,
-        chunks: list[Chunk],
-        scale: Tensor,
-        zero_point: Tensor,
-    ) -> None:
-        self.device = device
-        self.shape = shape
-        self.bits = bits
-        self.symmetric = symmetric
-        self.per_channel = per_channel
-        self.chunks = chunks
-        self.scale_tensor = scale
-        self.zero_point_tensor = zero_point
-        self.row_bytes = c.ceil_div(shape[1], BLOCK) * BLOCK
-        self.rowsum: Buffer | None = None  # sum_j (Q_ij - z_i), made on first use
-        self.scratch: dict[str, Buffer] = {}  # per-call buffers reused by matvec
-
-    def group_buffers(self, take: Callable[[int], Buffer]) -> list[tuple[Buffer, Buffer, int]]:
-        """Per chunk: the scale and zero-point buffers to bind and the global row of their
-        first element. The whole vectors (row 0) where they fit one binding, else slices
-        written for this call into buffers from ``take(nbytes)`` (the caller frees them)."""
-        scale, zero = self.scale_tensor.buffer, self.zero_point_tensor.buffer
-        assert scale is not None and zero is not None
-        if not self.per_channel or vectors_fit(self.device, self.shape[0]):
-            return [(scale, zero, 0)] * len(self.chunks)
-        s, z = self.scale, self.zero_point
-        out = []
-        for ch in self.chunks:
-            part = slice(ch.row0, ch.row0 + ch.rows)
-            s_buf, z_buf = take(4 * ch.rows), take(4 * ch.rows)
-            s_buf.write(s[part])
-            z_buf.write(z[part])
-            out.append((s_buf, z_buf, ch.row0))
-        return out
-
-    @property
-    def dtype(self) -> np.dtype:
-        return np.dtype(np.int8 if self.symmetric else np.uint8)
-
-    @property
-    def q(self) -> np.ndarray:
-        self.check_usable()
-        m, n = self.shape
-        out = np.empty((m, self.row_bytes), dtype=self.dtype)
-        for ch in self.chunks:
-            ch.buffer.read(out[ch.row0 : ch.row0 + ch.rows])
-        return out[:, :n].copy()
-
-    @property
-    def scale(self) -> np.ndarray:
-        self.check_usable()
-        return self.scale_tensor.numpy()
-
-    @property
-    def zero_point(self) -> np.ndarray:
-        self.check_usable()
-        return self.zero_point_tensor.numpy()
-
-    def release(self) -> None:
-        """Free the device memory now (also happens when the object is collected)."""
-        super().release()
-        rowsum, self.rowsum = self.rowsum, None
-        if rowsum is not None:
-            rowsum.destroy()
-        for t in (self.scale_tensor, self.zero_point_tensor):
-            if t.buffer is not None:
-                t.buffer.destroy()
-
-    def __repr__(self) -> str:
-        kind = "symmetric" if self.symmetric else "asymmetric"
-        group = "per-channel" if self.per_channel else "per-tensor"
-        return f"vkcore.QuantizedTensor(shape={self.shape}, bits={self.bits}, {kind}, {group})"
-
-
 # --------------------------------------------------------------------------- arguments
-def check_options(bits: Any, symmetric: Any, per_channel: Any) -> None:
-    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)):
-        raise TypeError(f"bits must be an int from 2 to 8, got {type(bits).__name__}")
-    if not 2 <= bits <= 8:
-        raise ValueError(f"bits must be from 2 to 8, got {bits}")
+def check_options(
+    bits: Any, symmetric: Any, per_channel: Any, group_size: Any = None
+) -> int | None:
+    """Raise for a bad option (bits outside 2..8, a group_size that is not a positive int
+    or comes with per_channel=False); returns group_size as an int or None."""
+    check_bits(bits)
     for name, value in (("symmetric", symmetric), ("per_channel", per_channel)):
         if not isinstance(value, (bool, np.bool_)):
             raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    size = check_group_size(group_size)
+    if size is not None and not per_channel:
+        raise ValueError(
+            f"group_size={size} needs per_channel=True (groups are columns of one row); "
+            "per_channel=False is one scale for the whole tensor"
+        )
+    return size
 
 
 def weight_array(w: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -274,6 +169,19 @@ def row_range(arr: np.ndarray, w32: np.ndarray) -> tuple[np.ndarray, np.ndarray]
             note = f" (it is {arr[row, col]!r}, beyond the float32 range)"
         raise ValueError(f"w must be finite: w[{row}, {col}] is {w32[row, col]}{note}")
     return row_max, row_min
+
+
+def group_range(arr: np.ndarray, w32: np.ndarray, group_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Maxima and minima of each row's groups of ``group_size`` columns, shape (m, G);
+    a ValueError naming the first NaN or infinity as :func:`row_range` does. The last
+    group may be shorter: its own columns only (padding it with zeros would not change
+    min(W, 0) and max(W, 0) either)."""
+    starts = np.arange(0, w32.shape[1], group_size)
+    g_max = np.maximum.reduceat(w32, starts, axis=1)
+    g_min = np.minimum.reduceat(w32, starts, axis=1)
+    if not (np.isfinite(g_max).all() and np.isfinite(g_min).all()):
+        row_range(arr, w32)  # raises, naming the first bad element
+    return g_max, g_min
 
 
 # --------------------------------------------------------------------------- parameters
@@ -316,24 +224,6 @@ def device_params(scale: np.ndarray, zero_point: np.ndarray) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- layout
-def rows_per_buffer(device: Device, row_bytes: int, what: str) -> int:
-    """Rows of ``row_bytes`` one binding holds; a row longer than a binding (rows are
-    never split by columns) is a ValueError naming ``what`` (the argument's row)."""
-    limit = binding_limit(device)
-    rows = limit // row_bytes
-    if rows == 0:
-        raise ValueError(
-            f"{what} needs {row_bytes} bytes, more than this device's storage-buffer "
-            f"binding limit (maxStorageBufferRange: {limit} bytes); split the matrix by columns"
-        )
-    return rows
-
-
-def row_slices(total: int, step: int) -> Iterator[tuple[int, int]]:
-    for start in range(0, total, step):
-        yield start, min(step, total - start)
-
-
 def grid_rows(device: Device) -> int:
     return int(device.info.max_compute_work_group_count[1])
 
@@ -357,15 +247,18 @@ def quantize(
     bits: int = 8,
     symmetric: bool = True,
     per_channel: bool = True,
+    group_size: int | None = None,
     device: Device | None = None,
 ) -> QuantizedTensor:
     """Quantize the 2-D float matrix ``w`` (m outputs x n inputs) by round-to-nearest.
 
-    Returns a :class:`QuantizedTensor` whose integers live on ``device``. Raises
-    TypeError/ValueError for bad arguments, non-finite weights (naming the first bad
-    ``(row, col)``) or a row too long for one storage buffer. Formulas: module docstring.
+    ``group_size=g`` gives each group of g consecutive columns of a row its own scale and
+    zero point (shape ``(m, ceil(n / g))``; needs per_channel=True). bits <= 4 are stored
+    two per byte. Returns a :class:`QuantizedTensor` whose integers live on ``device``.
+    Raises TypeError/ValueError for bad arguments, non-finite weights (naming the first
+    bad ``(row, col)``) or a row too long for one storage buffer. Formulas: module docstring.
     """
-    check_options(bits, symmetric, per_channel)
+    group_size = check_options(bits, symmetric, per_channel, group_size)
     bits, symmetric, per_channel = int(bits), bool(symmetric), bool(per_channel)
     if isinstance(w, Tensor) and device is not None and w.device is not device:
         raise ValueError("device must be the Tensor's own device (or None)")
@@ -373,40 +266,33 @@ def quantize(
     dev.check()
     arr, w32 = weight_array(w)
     m, n = w32.shape
-    row_bytes = c.ceil_div(n, BLOCK) * BLOCK
-    q_rows = rows_per_buffer(dev, row_bytes, "one row of w quantized")
+    layout = Layout(m, n, bits, symmetric, per_channel, group_size)
+    q_rows = rows_per_buffer(dev, layout.row_bytes, "one row of w quantized")
     w_rows = min(q_rows, rows_per_buffer(dev, 4 * n, "one row of w as float32"))
-    pool = buffer_pool(dev)
     chunks: list[Chunk] = []
     made: list[Tensor] = []  # scale and zero point: freed with the chunks on any failure
     try:
         # Leased: a released QuantizedTensor's memory (pages already touched) serves the
         # next quantize of that size; fresh pages cost more to fault in than the kernel.
-        for row0, rows in row_slices(m, q_rows):
-            chunks.append(Chunk(row0, rows, pool.lease(rows * row_bytes)))
-        if symmetric and per_channel and _rows_on_device(dev, w32):
-            s, z = _quantize_rows(dev, arr, w32, chunks, w_rows, bits)
+        lease_chunks(dev, m, layout.row_bytes, chunks)
+        if symmetric and per_channel and _rows_on_device(dev, w32, layout):
+            s, z = _quantize_rows(dev, arr, w32, chunks, w_rows, layout)
         else:
-            s, z = group_params(*row_range(arr, w32), bits, symmetric, per_channel)
-            _run_quantize(dev, w32, chunks, s, z, w_rows, bits, symmetric, per_channel)
-        scale_t = _upload(s.reshape(() if not per_channel else (m,)), dev, made)
-        zero_t = _upload(z.reshape(() if not per_channel else (m,)), dev, made)
-        return QuantizedTensor(dev, (m, n), bits, symmetric, per_channel, chunks, scale_t, zero_t)
+            if group_size is None:
+                hi, lo = row_range(arr, w32)
+            else:
+                hi, lo = group_range(arr, w32, group_size)
+            s, z = group_params(hi, lo, bits, symmetric, per_channel)
+            _run_quantize(dev, w32, chunks, s, z, w_rows, layout)
+        scale_t = upload(s.reshape(layout.param_shape), dev, made)
+        zero_t = upload(z.reshape(layout.param_shape), dev, made)
+        return QuantizedTensor(
+            dev, (m, n), bits, symmetric, per_channel, chunks, scale_t, zero_t,
+            group_size=group_size,
+        )  # fmt: skip
     except BaseException:
-        for ch in chunks:
-            ch.buffer.destroy()
-        for t in made:
-            if t.buffer is not None:
-                t.buffer.destroy()
+        free_partial(chunks, made)
         raise
-
-
-def _upload(arr: np.ndarray, dev: Device, made: list[Tensor]) -> Tensor:
-    t = Tensor(Buffer(dev, max(4, arr.nbytes)), arr.shape, arr.dtype, dev)
-    made.append(t)
-    assert t.buffer is not None
-    t.buffer.write(np.ascontiguousarray(arr))
-    return t
 
 
 @dataclass(frozen=True)
@@ -414,36 +300,36 @@ class _QuantizeJob:
     """What every quantize dispatch of one call shares."""
 
     dev: Device
-    n: int
+    layout: Layout
     params: dict[int, Buffer]  # per chunk (by first row): its groups' parameters
-    qmin: int
-    qmax: int
-    per_channel: bool
 
     def run_slice(self, src: Buffer, offset: int, ch: Chunk, start: int, rows: int) -> None:
         """Quantize ``rows`` rows of ``src`` (starting ``offset`` floats in) into rows
-        ``start...`` of chunk ``ch``: whole 16-column blocks with vec4 loads where every
-        row starts 16-byte aligned, the rest with the column-by-column variant."""
-        dev, n = self.dev, self.n
-        blocks = c.ceil_div(n, BLOCK)
-        vec_blocks = n // BLOCK if n % 4 == 0 and offset % 4 == 0 else 0
+        ``start...`` of chunk ``ch``: whole stored blocks (16 columns, 32 packed) with
+        vec4 loads where every row starts 16-byte aligned, the rest column by column."""
+        dev, lay = self.dev, self.layout
+        n = lay.n
+        cols = 2 * BLOCK if lay.packed else BLOCK  # columns per stored block
+        blocks = lay.row_bytes // BLOCK
+        vec_blocks = n // cols if n % 4 == 0 and offset % 4 == 0 else 0
         parts = ((1, 0, vec_blocks), (0, vec_blocks, blocks - vec_blocks))
         params = self.params[ch.row0]
         texel = all(
             buf.nbytes >= 16 and c.texel_format(dev, buf, fmt) is not None
             for buf, fmt in ((src, "rgba32f"), (params, "rgba32ui"))
         )
+        stride = lay.groups if lay.per_channel else 0
+        qmin, qmax = integer_range(lay.bits, lay.symmetric)
         steps = []
         for first, count in row_slices(rows, grid_rows(dev)):
             row = start + first  # in the chunk, as its parameters are
-            head = c.pack_u32(n, blocks, count, offset + first * n, start + first, row)
-            head += c.pack_u32(int(self.per_channel))
-            head += np.array([self.qmin, self.qmax], dtype="<i4").tobytes()
+            head = c.pack_u32(n, blocks, count, offset + first * n, start + first, row, stride)
+            head += np.array([qmin, qmax], dtype="<i4").tobytes()
             for vec, block0, count_x in parts:
                 if count_x:
-                    pipe = _quantize_pipeline(dev, vec, texel and bool(vec))
+                    pipe = _quantize_pipeline(dev, vec, texel and bool(vec), lay)
                     groups = (column_groups(dev, count_x), c.ceil_div(count, quant_rows(dev)), 1)
-                    push = head + c.pack_u32(block0)
+                    push = head + c.pack_u32(block0, lay.group_cols, lay.groups - 1)
                     steps.append(Dispatch(pipe, (src, ch.buffer, params), push, groups))
         dev.submitter.run(steps)
 
@@ -453,15 +339,18 @@ def _device_defines(dev: Device, *, reduces: bool) -> dict[str, int]:
     return variants.defines(dev.info, exact=True, reduces=reduces)
 
 
-def _quantize_pipeline(dev: Device, vec: int, texel: bool) -> Any:
+def _quantize_pipeline(dev: Device, vec: int, texel: bool, layout: Layout) -> Any:
     """VEC 1: vec4 loads of whole aligned blocks, through a texel buffer where possible;
-    VEC 0: column by column (see shaders/quantize.comp)."""
+    VEC 0: column by column; GROUPED: parameters per column; PACKED: two codes per byte
+    (see shaders/quantize.comp)."""
+    grouped, packed = int(layout.group_size is not None), int(layout.packed)
+    defines = {"VEC": vec, "TEXEL": int(texel), "GROUPED": grouped, "PACKED": packed}
     return dev.pipeline(
         "quantize.comp",
-        defines={"VEC": vec, "TEXEL": int(texel), **_device_defines(dev, reduces=False)},
+        defines={**defines, **_device_defines(dev, reduces=False)},
         spec={0: WORKGROUP, 1: quant_rows(dev)},
         buffers=3,
-        push_size=40,
+        push_size=48,
         texel={0: "rgba32f", 2: "rgba32ui"} if texel else None,
     )
 
@@ -473,9 +362,7 @@ def _run_quantize(
     s: np.ndarray,
     z: np.ndarray,
     w_rows: int,
-    bits: int,
-    symmetric: bool,
-    per_channel: bool,
+    layout: Layout,
 ) -> None:
     """Quantize with the scales and zero points the host computed; each chunk binds the
     parameters of its own rows (all of them may not fit one binding)."""
@@ -484,11 +371,10 @@ def _run_quantize(
     try:
         for ch in chunks:
             part = slice(ch.row0, ch.row0 + ch.rows)
-            groups = device_params(s[part], z[part]) if per_channel else device_params(s, z)
-            buf = params[ch.row0] = pool.acquire(max(16, groups.nbytes))
-            buf.write(groups)
-        qmin, qmax = integer_range(bits, symmetric)
-        job = _QuantizeJob(dev, w32.shape[1], params, qmin, qmax, per_channel)
+            own = device_params(s[part], z[part]) if layout.per_channel else device_params(s, z)
+            buf = params[ch.row0] = pool.acquire(max(16, own.nbytes))
+            buf.write(own)
+        job = _QuantizeJob(dev, layout, params)
         _for_weight_slices(dev, w32, chunks, w_rows, job.run_slice)
     finally:
         for buf in params.values():
@@ -527,9 +413,12 @@ def _for_weight_slices(
 
 
 # ------------------------------------------------- symmetric per channel: scales on device
-def _rows_on_device(dev: Device, w32: np.ndarray) -> bool:
-    """Whether quantize_rows.comp applies: rows of whole vec4s, 16-byte aligned, and
+def _rows_on_device(dev: Device, w32: np.ndarray, layout: Layout) -> bool:
+    """Whether quantize_rows.comp applies: one scale per row stored one byte per code
+    (no groups), rows of whole vec4s, 16-byte aligned, and
     ``VKCORE_DEVICE_SCALES`` not 0 (the host path computes the same values)."""
+    if layout.group_size is not None:
+        return False
     if not config.env_flag("VKCORE_DEVICE_SCALES", True):
         return False
     return w32.shape[1] % 4 == 0 and w32.ctypes.data % 16 == 0
@@ -544,7 +433,7 @@ def _row_workgroup(dev: Device) -> int:
 
 
 def _quantize_rows(
-    dev: Device, arr: np.ndarray, w32: np.ndarray, chunks: list[Chunk], w_rows: int, bits: int
+    dev: Device, arr: np.ndarray, w32: np.ndarray, chunks: list[Chunk], w_rows: int, layout: Layout
 ) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric per-channel quantize with each row's max|w| and scale found on the device
     (quantize_rows.comp), in the same pass over the weights; returns (s, z)."""
@@ -559,15 +448,19 @@ def _quantize_rows(
             texel = c.texel_format(dev, src, "rgba32f") is not None and src.nbytes >= 16
             pipe = dev.pipeline(
                 "quantize_rows.comp",
-                defines={"TEXEL": int(texel), **_device_defines(dev, reduces=True)},
+                defines={
+                    "TEXEL": int(texel),
+                    "PACKED": int(layout.packed),
+                    **_device_defines(dev, reduces=True),
+                },
                 spec={0: _row_workgroup(dev)},
                 buffers=3,
                 push_size=28,
                 texel={0: "rgba32f"} if texel else None,
             )
-            blocks = c.ceil_div(n, BLOCK)
+            blocks = layout.row_bytes // BLOCK
             gx = min(rows, int(dev.info.max_compute_work_group_count[0]))
-            qmax = integer_range(bits, True)[1]
+            qmax = integer_range(layout.bits, True)[1]
             push = c.pack_u32(n // 4, rows, blocks, offset // 4, start, start, qmax)
             grid = (gx, c.ceil_div(rows, gx), 1)
             dev.submitter.run([Dispatch(pipe, (src, ch.buffer, infos[ch.row0]), push, grid)])
@@ -629,16 +522,18 @@ def dequantize(qt: QuantizedTensor, *, device: Device | None = None) -> np.ndarr
         out = c.result_array(dev, (m, n))
     vec = int(n % 4 == 0)
     texel = all(c.texel_format(dev, ch.buffer, "rgba32ui") for ch in qt.chunks)
+    grouped, packed = int(qt.group_size is not None), int(qt.packed)
+    defines = {"VEC": vec, "TEXEL": int(texel), "GROUPED": grouped, "PACKED": packed}
     pipe = dev.pipeline(
         "dequantize.comp",
-        defines={"VEC": vec, "TEXEL": int(texel), **_device_defines(dev, reduces=False)},
+        defines={**defines, **_device_defines(dev, reduces=False)},
         spec={0: WORKGROUP, 1: quant_rows(dev)},
         buffers=4,
-        push_size=32,
+        push_size=40,
         texel={0: "rgba32ui"} if texel else None,
     )
     blocks = qt.row_bytes // BLOCK
-    signed, per_channel = int(qt.symmetric), int(qt.per_channel)
+    signed, stride = int(qt.symmetric), qt.groups if qt.per_channel else 0
     # Otherwise a reused device buffer (fresh pages would fault inside the kernel) and a copy.
     taken: list[Buffer] = []
 
@@ -655,9 +550,8 @@ def dequantize(qt: QuantizedTensor, *, device: Device | None = None) -> np.ndarr
                 for first, count in row_slices(rows, grid_rows(dev) * quant_rows(dev)):
                     row = ch.row0 + start + first
                     y_row = row if direct is not None else first  # row in ybuf
-                    push = c.pack_u32(
-                        n, blocks, count, start + first, row - group0, y_row, per_channel, signed
-                    )
+                    push = c.pack_u32(n, blocks, count, start + first, row - group0, y_row)
+                    push += c.pack_u32(stride, signed, qt.group_cols, qt.groups - 1)
                     groups = (column_groups(dev, blocks), c.ceil_div(count, quant_rows(dev)), 1)
                     steps.append(
                         Dispatch(pipe, (ch.buffer, scale_buf, zero_buf, ybuf), push, groups)

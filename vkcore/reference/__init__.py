@@ -18,9 +18,12 @@ from .quant import (
     dequantize,
     flush_subnormals,
     integer_range,
+    pack_nibbles,
     quant_params,
     quantize,
     round_quotient,
+    stored_rows,
+    unpack_nibbles,
 )
 from .softmax import log_softmax, softmax
 
@@ -34,6 +37,7 @@ __all__ = [
     "log_softmax",
     "matvec",
     "matvec_accumulators",
+    "pack_nibbles",
     "quant_params",
     "quantize",
     "quantize_activation_columns",
@@ -41,4 +45,6 @@ __all__ = [
     "round_quotient",
     "sequential_sum",
     "softmax",
+    "stored_rows",
+    "unpack_nibbles",
 ]
