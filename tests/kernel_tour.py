@@ -134,10 +134,34 @@ def tour_quantization(device: vkcore.Device, rng: np.random.Generator) -> list[s
     return done + ["matvec_f32"]
 
 
+def tour_quant_groups(device: vkcore.Device, rng: np.random.Generator) -> list[str]:
+    """Group-wise and packed quantize and dequantize, bit for bit with the reference:
+    per-column parameters (GROUPED) and two codes per byte (PACKED) with vec4 and scalar
+    loads and stores (n = 100 and 99), and the device-scale kernel's packed output."""
+    done = []
+    cases = [(4, True, None), (4, False, None), (4, True, 32), (3, False, 7), (8, False, 32)]
+    for n in (100, 99):
+        w = (rng.standard_normal((9, n)) * 0.1).astype(np.float32)
+        for bits, symmetric, group_size in cases:
+            case = f"{bits}-bit {'symmetric' if symmetric else 'asymmetric'} group {group_size}"
+            qt = vkcore.quantize(
+                w, bits=bits, symmetric=symmetric, group_size=group_size, device=device
+            )
+            q, s, z = reference.quantize(w, bits, symmetric, True, group_size)
+            assert np.array_equal(qt.q, q), f"quantize {case}, n={n}"
+            assert np.array_equal(qt.scale, s) and np.array_equal(qt.zero_point, z), case
+            w_hat = reference.dequantize(q, s, z, group_size)
+            assert np.array_equal(vkcore.dequantize(qt), w_hat), f"dequantize {case}, n={n}"
+            qt.release()
+            done.append(f"quantize/dequantize {case}, n={n}")
+    return done
+
+
 Tour = Callable[[vkcore.Device, np.random.Generator], list[str]]
 TOURS: list[Tour] = [
     tour_softmax,
     tour_quantization,
+    tour_quant_groups,
 ]
 
 
@@ -150,9 +174,13 @@ def feature_profiles(info: DeviceInfo) -> list[tuple[str, DeviceInfo, list[Tour]
         "subgroup_supported_operations": info.subgroup_supported_operations & ~SUBGROUP_ARITHMETIC
     }
     wanted: list[tuple[str, dict[str, object], list[Tour]]] = [
-        ("no RTE", no_rte, [tour_quantization]),
+        ("no RTE", no_rte, [tour_quantization, tour_quant_groups]),
         ("shared-memory reductions", no_arith, TOURS),
-        ("no RTE, shared-memory reductions", {**no_rte, **no_arith}, [tour_quantization]),
+        (
+            "no RTE, shared-memory reductions",
+            {**no_rte, **no_arith},
+            [tour_quantization, tour_quant_groups],
+        ),
     ]
     out = [("native", info, TOURS)]
     for name, changes, steps in wanted:
