@@ -1,13 +1,18 @@
 """Quantization error against the bounds of RTN quantization (seed, section 7).
 
-Per row ``i`` with scale ``s_i``, for ``W_hat = s (Q - z)`` evaluated exactly in float64:
+Per parameter group ``(i, g)`` (a row ``i`` without group_size, where ``g`` is the whole
+row; the columns ``j`` in group ``g`` with it) with scale ``s_ig``, for
+``W_hat = s (Q - z)`` evaluated exactly in float64:
 
-* worst case ``max_j |W_hat_ij - W_ij| <= s_i / 2`` (round to nearest; the asymmetric
-  range's clipped ends stay within it too, up to ``2^-15 s_i`` from the float32 scale);
-* the RMS error is typically ``s_i / sqrt(12)`` (uniform rounding noise: an estimate,
-  not a bound; it never exceeds ``s_i / 2``);
-* with an input ``x``: ``|dy_i| = |(W_hat x - W x)_i| <= s_i / 2 * ||x||_1`` (worst case)
-  and typically ``s_i / sqrt(12) * ||x||_2``.
+* worst case ``max_{j in g} |W_hat_ij - W_ij| <= s_ig / 2`` (round to nearest; the
+  asymmetric range's clipped ends stay within it too, up to ``2^-15 s_ig`` from the
+  float32 scale);
+* the RMS error over the group is typically ``s_ig / sqrt(12)`` (uniform rounding noise:
+  an estimate, not a bound; it never exceeds ``s_ig / 2``);
+* with an input ``x``: ``|dy_i| = |(W_hat x - W x)_i| <= sum_g s_ig / 2 * ||x_g||_1``
+  (worst case; ``x_g`` the entries of x in group g) and typically
+  ``sqrt(sum_g s_ig^2 / 12 * ||x_g||_2^2)``. Without groups these are
+  ``s_i / 2 * ||x||_1`` and ``s_i / sqrt(12) * ||x||_2``.
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ SLACK = 2.0**-15
 
 @dataclass
 class QuantError:
-    """Per-row errors (float64 arrays of shape (m,)) and the bounds they are held to."""
+    """Errors and the bounds they are held to, float64: per group, shape ``(m, G)``, when
+    the tensor has a group_size, else per row, shape ``(m,)``; the output errors are per
+    row, shape ``(m,)``."""
 
     scale: np.ndarray
     max_err: np.ndarray
@@ -36,6 +43,7 @@ class QuantError:
     out_err: np.ndarray | None = None  # |W_hat x - W x|
     bound_out: np.ndarray | None = None  # s / 2 * ||x||_1
     typical_out: np.ndarray | None = None  # s / sqrt(12) * ||x||_2
+    group_size: int | None = None  # as the tensor's: the per-group fields are (m, G)
 
     def holds(self) -> bool:
         """True when every worst-case bound holds (the typical values are not bounds)."""
@@ -50,31 +58,40 @@ class QuantError:
 
 
 def quant_error(w: Any, qt: QuantizedTensor, x: Any = None) -> QuantError:
-    """Measure ``qt`` (quantized from ``w``) against the RTN error bounds, per row."""
+    """Measure ``qt`` (quantized from ``w``) against the RTN error bounds, per group
+    (per row without group_size); module docstring for the bounds."""
     if not isinstance(qt, QuantizedTensor):
         raise TypeError(f"qt must be a vkcore.QuantizedTensor, got {type(qt).__name__}")
     w64 = np.asarray(w, dtype=np.float32).astype(np.float64)
     if w64.shape != qt.shape:
         raise ValueError(f"w must have the quantized shape {qt.shape}, got {w64.shape}")
     m, n = qt.shape
-    s = np.broadcast_to(qt.scale.astype(np.float64), (m,)).copy()
-    z = np.broadcast_to(qt.zero_point.astype(np.float64), (m,))
-    w_hat = s[:, None] * (qt.q.astype(np.float64) - z[:, None])
+    starts = np.arange(0, n, qt.group_cols)  # first column of each group
+    counts = np.diff(np.append(starts, n))
+    g = len(starts)  # () and (m,) parameters reshape to (1, 1) and (m, 1)
+    s = np.broadcast_to(qt.scale.astype(np.float64).reshape(-1, g), (m, g))
+    z = np.broadcast_to(qt.zero_point.astype(np.float64).reshape(-1, g), (m, g))
+    w_hat = np.repeat(s, counts, axis=1) * (qt.q.astype(np.float64) - np.repeat(z, counts, axis=1))
     err = w_hat - w64
+
+    def per(a: np.ndarray) -> np.ndarray:  # (m, G) with groups, else (m,) per row
+        return np.array(a) if qt.group_size is not None else np.array(a[:, 0])
+
     result = QuantError(
-        scale=s,
-        max_err=np.abs(err).max(axis=1),
-        bound_max=s / 2,
-        rms_err=np.sqrt((err**2).mean(axis=1)),
-        typical_rms=s / np.sqrt(12),
+        scale=per(s),
+        max_err=per(np.maximum.reduceat(np.abs(err), starts, axis=1)),
+        bound_max=per(s / 2),
+        rms_err=per(np.sqrt(np.add.reduceat(err**2, starts, axis=1) / counts)),
+        typical_rms=per(s / np.sqrt(12)),
+        group_size=qt.group_size,
     )
     if x is not None:
         xv = np.asarray(x, dtype=np.float32).astype(np.float64)
         if xv.shape != (n,):
             raise ValueError(f"x must have shape ({n},), got {xv.shape}")
         result.out_err = np.abs(err @ xv)
-        result.bound_out = s / 2 * np.abs(xv).sum()
-        result.typical_out = s / np.sqrt(12) * np.sqrt((xv**2).sum())
+        result.bound_out = (s / 2 * np.add.reduceat(np.abs(xv), starts)).sum(axis=1)
+        result.typical_out = np.sqrt((s**2 / 12 * np.add.reduceat(xv**2, starts)).sum(axis=1))
     return result
 
 

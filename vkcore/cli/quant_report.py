@@ -2,9 +2,11 @@
 
 The matrix is a ``.npy`` file, an ``.npz`` file (its only array, or the one ``--array``
 names) given by ``--weights``, or a seeded random layer, optionally with one row scaled
-up (``--outlier``). Prints, per granularity, the worst ratios to the
-worst-case bounds (``s/2``, ``s/2 ||x||_1``) and the ratios to the typical values
-(``s/sqrt(12)``, ``s/sqrt(12) ||x||_2``), then the rows closest to their bound.
+up (``--outlier``). Prints, per granularity (per tensor, per channel, and groups of
+``--group-size`` columns), the worst ratios to the worst-case bounds (``s/2``, and for
+the output ``sum_g s_g/2 ||x_g||_1``) and the ratios to the typical values
+(``s/sqrt(12)``, ``sqrt(sum_g s_g^2/12 ||x_g||_2^2)``), then the rows (and groups)
+closest to their bound.
 Exit 1 if a worst-case bound fails.
 """
 
@@ -40,6 +42,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--bits", type=int_range(2, 8), default=8, help="bits per weight, 2 to 8")
     p.add_argument("--asymmetric", action="store_true", help="asymmetric (uint8, zero point)")
+    p.add_argument(
+        "--group-size",
+        type=nonnegative_int,
+        default=128,
+        help="columns per scale group for the group-wise row (0: none)",
+    )
     p.add_argument(
         "--seed", type=nonnegative_int, default=0, help="random seed for the layer and x"
     )
@@ -98,7 +106,8 @@ def _matrix(args: argparse.Namespace) -> np.ndarray:
 
 
 def _summary(e: Any) -> dict[str, Any]:
-    """Worst ratios to the bounds, and every per-row array, JSON-ready."""
+    """Worst ratios to the bounds, and every per-row (per-group: ``(m, G)`` nested lists;
+    the output errors stay per row) array, JSON-ready."""
     rows = {
         name: getattr(e, name).tolist()
         for name in ("scale", "max_err", "bound_max", "rms_err", "typical_rms")
@@ -127,24 +136,51 @@ def run(args: argparse.Namespace) -> int:
         report["device"] = dev.info.name
         if not args.json:
             print(f"{m} x {n} weights, {args.bits}-bit {kind} RTN on {dev.info.name}")
-        for per_channel in (False, True):
-            qt = quantize(
-                w, bits=args.bits, symmetric=symmetric, per_channel=per_channel, device=dev
-            )
+        per_channel_error = None
+        for label, options in _granularities(args.group_size):
+            qt = quantize(w, bits=args.bits, symmetric=symmetric, device=dev, **options)
             e = quant_error(w, qt, x)
             ok &= e.holds()
-            label = "per channel" if per_channel else "per tensor"
             report[label.replace(" ", "_")] = _summary(e)
             if not args.json:
                 print("  " + format_report(label, e))
+            if label == "per channel":
+                per_channel_error = e
+            group_error = e if e.group_size is not None else None
     if args.json:
         report["holds"] = bool(ok)
         print(json.dumps(report))
         return 0 if ok else 1
     if args.top:
-        _print_top(e, args.top)
+        _print_top(per_channel_error, args.top)
+        if group_error is not None:
+            _print_top_groups(group_error, args.top)
     print("all worst-case bounds hold" if ok else "A WORST-CASE BOUND FAILED")
     return 0 if ok else 1
+
+
+def _granularities(group_size: int) -> list[tuple[str, dict[str, Any]]]:
+    out: list[tuple[str, dict[str, Any]]] = [
+        ("per tensor", {"per_channel": False}),
+        ("per channel", {"per_channel": True}),
+    ]
+    if group_size:
+        out.append((f"group {group_size}", {"per_channel": True, "group_size": group_size}))
+    return out
+
+
+def _print_top_groups(e: Any, top: int) -> None:
+    """The ``top`` groups closest to their worst-case bound."""
+    ratio = (e.max_err / e.bound_max).ravel()
+    g = e.scale.shape[1]
+    print(f"\ngroups of {e.group_size}, the {min(top, ratio.size)} closest to their bound:")
+    print("  row/group  scale s_g   max|err|    s_g/2       rms err     s_g/sqrt12")
+    for k in np.argsort(-ratio, kind="stable")[:top]:
+        i, j = divmod(int(k), g)
+        print(
+            f"  {f'{i}/{j}':<10} {e.scale[i, j]:.4e}  {e.max_err[i, j]:.4e}  "
+            f"{e.bound_max[i, j]:.4e}  {e.rms_err[i, j]:.4e}  {e.typical_rms[i, j]:.4e}"
+        )
 
 
 def _print_top(e: Any, top: int) -> None:
