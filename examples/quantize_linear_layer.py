@@ -5,8 +5,13 @@
 
 One row of W is 100x larger than the rest: with one scale for the whole tensor it
 crushes every other row, with one scale per output channel it does not. Each matvec
-mode is checked against vkcore.reference (integer modes bit for bit). Exits 1 if a
-check fails.
+mode is checked against vkcore.reference (integer modes bit for bit).
+
+Then a layer with a few loud input columns (the case scale groups exist for: a loud
+column sits in every row, so one scale per row cannot avoid it): per channel, groups of
+128 columns, and 4-bit groups of 32 (two codes per byte), with the bytes each keeps on
+the device, the error on the ordinary columns and the per-group bounds; each dequantizes
+bit for bit like vkcore.reference. Exits 1 if a check fails.
 """
 
 from __future__ import annotations
@@ -29,6 +34,37 @@ def layer(m: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     x = rng.standard_normal(n).astype(np.float32)
     b = (rng.standard_normal(m) * 0.1).astype(np.float32)
     return w, x, b
+
+
+def loud_columns(m: int, n: int) -> bool:
+    """Per channel vs group 128 vs 4-bit group 32 on a layer with three loud columns."""
+    rng = np.random.default_rng(1)
+    w = (rng.standard_normal((m, n)) / np.sqrt(n)).astype(np.float32)
+    loud = [5, 40, 100]  # within the first 128 columns: the other groups keep their scales
+    w[:, loud] *= 50
+    x = rng.standard_normal(n).astype(np.float32)
+    ok = True
+    print(
+        f"\nlayer {m} x {n} with loud columns {loud} (x50); error on columns 128.. (no loud one):"
+    )
+    for label, bits, group_size in (
+        ("8-bit per channel", 8, None),
+        ("8-bit group 128", 8, 128),
+        ("4-bit group 32", 4, 32),
+    ):
+        qt = vkcore.quantize(w, bits=bits, group_size=group_size)
+        w_hat = vkcore.dequantize(qt)
+        q, s, z = reference.quantize(w, bits, True, True, group_size)
+        same = bool(np.array_equal(w_hat, reference.dequantize(q, s, z, group_size)))
+        e = vkcore.quant_error(w, qt, x)
+        rel = np.sqrt(np.mean((w_hat - w)[:, 128:] ** 2) / np.mean(w[:, 128:] ** 2))
+        print(
+            f"  {label:<17}  {qt.nbytes / 1024:7.1f} KiB on the device  "
+            f"rms error {rel:.1e} x rms |W|  |dy| / bound {np.max(e.out_err / e.bound_out):.3f}  "
+            f"bounds hold: {e.holds()}  dequantize = reference: {same}"
+        )
+        ok &= same and e.holds()
+    return ok
 
 
 def best_ms(call: Callable[[], object], repeats: int = 7) -> float:
@@ -78,6 +114,8 @@ def main() -> int:
             f"  {activations:<5}  matches reference: {same}  "
             f"rms(y - (Wx + b)) / rms(Wx + b) = {rel:.1e}  {ms:.2f} ms"
         )
+
+    ok &= loud_columns(m, n)
 
     f32 = vkcore.F32Matrix(w)
     vkcore.matvec_f32(f32, x, bias=b)
