@@ -376,3 +376,31 @@ def test_float16_and_exact_float64_scales_are_taken(device):
 def test_to_arrays_checks_its_argument():
     with pytest.raises(TypeError, match="qt must be a vkcore.QuantizedTensor"):
         qarrays.to_arrays(np.zeros(2))
+
+
+@pytest.mark.parametrize("fail_at", [1, 2, 3])
+def test_a_failed_upload_frees_what_it_made(device, rng, monkeypatch, fail_at):
+    """An error in the k-th buffer write (codes, scales, zero points) leaves no buffer
+    behind: the chunks go back to the pool, the parameter buffers are destroyed."""
+    from vkcore.memory import Buffer
+
+    q, s, z = random_layout(rng, 4, 50, 4, False, 16)
+    QT.from_arrays(q, s, z, bits=4, group_size=16, device=device).release()  # warms the pool
+    before = device.live_objects()["buffers"]
+    real, calls = Buffer.write, []
+
+    def write(self, data, offset=0):
+        calls.append(1)
+        if len(calls) == fail_at:
+            raise RuntimeError("injected")
+        return real(self, data, offset)
+
+    monkeypatch.setattr(Buffer, "write", write)
+    with pytest.raises(RuntimeError, match="injected") as info:
+        QT.from_arrays(q, s, z, bits=4, group_size=16, device=device)
+    monkeypatch.setattr(Buffer, "write", real)
+    # info keeps the failed call's frames (and so its lists of buffers) alive: only an
+    # explicit free, not the collector, makes the count come back
+    assert info.traceback and device.live_objects()["buffers"] == before
+    qt = QT.from_arrays(q, s, z, bits=4, group_size=16, device=device)
+    assert np.array_equal(qt.q, q)
