@@ -7,7 +7,8 @@
 //
 // Parameters: row r's start at element (row0 + r) * group_stride (stride 0: one set for
 // the tensor). GROUPED 0: one set per row; GROUPED 1: column c uses element
-// min(c / group_cols, last_group) past that start.
+// min(c / group_cols, last_group) past that start; GROUPED 2: the same where group_cols
+// is a multiple of the block's columns, so the whole block shares one set.
 //
 // TEXEL 1: the blocks are read through a uniform texel buffer (rgba32ui view), the
 // driver's vectorized texture path on lavapipe. VEC 1 (row length a multiple of 4): the
@@ -73,7 +74,10 @@ ivec4 codes_of(uvec4 words, uint k) {
 
 void dequantize_block(uint block, uint r) {
     uint g = (pc.row0 + r) * pc.group_stride;
-#if !GROUPED
+#if GROUPED == 2
+    g += block * COLS / pc.group_cols;
+#endif
+#if GROUPED != 1
     float s = scale[g];
     int z = zero_point[g];
 #endif
@@ -81,7 +85,7 @@ void dequantize_block(uint block, uint r) {
     uint col0 = block * COLS;
     uint base = (pc.y_row0 + r) * pc.n + col0;  // in floats
     for (uint k = 0u; k < COLS / 4u; ++k) {
-#if GROUPED
+#if GROUPED == 1
         vec4 s;
         ivec4 z;
         for (uint j = 0u; j < 4u; ++j) {

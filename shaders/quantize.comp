@@ -13,6 +13,8 @@
 // Parameters: row r's start at element (group_row0 + r) * group_stride (stride 0: one set
 // for the tensor). GROUPED 0: one set per row. GROUPED 1: column c uses element
 // min(c / group_cols, last_group) past that start (padding columns: the last group).
+// GROUPED 2: the same where group_cols is a multiple of the block's columns, so a whole
+// block shares one set (fetched and prepared once per block).
 //
 // The code is straight-line on purpose: a CPU driver (lavapipe) runs both sides of every
 // branch and loads memory lane by lane, so fewer, wider loads and no branches win.
@@ -84,8 +86,11 @@ void put(inout uvec4 words, uint i, int q) {
 
 void quantize_block(uint block, uint r) {
     uint first_group = (pc.group_row0 + r) * pc.group_stride;
-#if !GROUPED
+#if GROUPED == 0
     Group g = group_at(first_group);
+    Divisor d = divisor_of(g);
+#elif GROUPED == 2
+    Group g = group_at(first_group + block * COLS / pc.group_cols);
     Divisor d = divisor_of(g);
 #endif
     uint col0 = block * COLS;
@@ -104,7 +109,7 @@ void quantize_block(uint block, uint r) {
 #endif
     uvec4 words = uvec4(0u);
     [[unroll]] for (uint i = 0u; i < COLS; ++i) {
-#if GROUPED
+#if GROUPED == 1
         Group g = group_at(first_group + min((col0 + i) / pc.group_cols, pc.last_group));
         Divisor d = divisor_of(g);
 #endif

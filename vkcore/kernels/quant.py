@@ -73,7 +73,7 @@ variants.register(
     [
         {"VEC": v, "TEXEL": t, "GROUPED": g, "PACKED": p}
         for v, t in ((1, 1), (1, 0), (0, 0))
-        for g in (0, 1)
+        for g in (0, 1, 2)
         for p in (0, 1)
     ],
     exact=True,
@@ -84,7 +84,7 @@ variants.register(
 )
 variants.register(
     "dequantize.comp",
-    spirv.define_grid(VEC=[0, 1], TEXEL=[0, 1], GROUPED=[0, 1], PACKED=[0, 1]),
+    spirv.define_grid(VEC=[0, 1], TEXEL=[0, 1], GROUPED=[0, 1, 2], PACKED=[0, 1]),
     exact=True,
     reduces=False,
 )
@@ -341,9 +341,9 @@ def _device_defines(dev: Device, *, reduces: bool) -> dict[str, int]:
 
 def _quantize_pipeline(dev: Device, vec: int, texel: bool, layout: Layout) -> Any:
     """VEC 1: vec4 loads of whole aligned blocks, through a texel buffer where possible;
-    VEC 0: column by column; GROUPED: parameters per column; PACKED: two codes per byte
-    (see shaders/quantize.comp)."""
-    grouped, packed = int(layout.group_size is not None), int(layout.packed)
+    VEC 0: column by column; GROUPED: parameters per column, or per block where groups
+    are whole blocks (grouped_variant); PACKED: two codes per byte (shaders/quantize.comp)."""
+    grouped, packed = grouped_variant(layout), int(layout.packed)
     defines = {"VEC": vec, "TEXEL": int(texel), "GROUPED": grouped, "PACKED": packed}
     return dev.pipeline(
         "quantize.comp",
@@ -353,6 +353,15 @@ def _quantize_pipeline(dev: Device, vec: int, texel: bool, layout: Layout) -> An
         push_size=48,
         texel={0: "rgba32f", 2: "rgba32ui"} if texel else None,
     )
+
+
+def grouped_variant(layout: Layout) -> int:
+    """GROUPED define: 0 without group_size; 2 where each stored block (16 columns, 32
+    packed) lies in one group (group_size a multiple of it); else 1 (per column)."""
+    if layout.group_size is None:
+        return 0
+    cols = 2 * BLOCK if layout.packed else BLOCK
+    return 2 if layout.group_size % cols == 0 else 1
 
 
 def _run_quantize(
@@ -522,7 +531,7 @@ def dequantize(qt: QuantizedTensor, *, device: Device | None = None) -> np.ndarr
         out = c.result_array(dev, (m, n))
     vec = int(n % 4 == 0)
     texel = all(c.texel_format(dev, ch.buffer, "rgba32ui") for ch in qt.chunks)
-    grouped, packed = int(qt.group_size is not None), int(qt.packed)
+    grouped, packed = grouped_variant(qt.layout), int(qt.packed)
     defines = {"VEC": vec, "TEXEL": int(texel), "GROUPED": grouped, "PACKED": packed}
     pipe = dev.pipeline(
         "dequantize.comp",
