@@ -1,4 +1,5 @@
-"""Shared fixtures: one validated lavapipe device per session, isolated cache folders.
+"""Shared fixtures: one validated lavapipe device per session (the vkcore.testing plugin),
+isolated cache folders.
 
 Every test fails if the validation layer reported anything during it.
 """
@@ -15,31 +16,17 @@ _CACHE_ROOT = tempfile.mkdtemp(prefix="vkcore-test-cache-")
 os.environ["VKCORE_CACHE_DIR"] = _CACHE_ROOT
 os.environ.setdefault("VKCORE_VALIDATION", "1")
 
-import vkcore  # noqa: E402
+
+# The plugin vkcore.testing (loaded through its pytest11 entry point, and named here for
+# a run where vkcore is not installed) provides the validated session device and fails
+# any test during which the validation layer said anything, and the session if objects
+# are still alive when the device is destroyed.
+pytest_plugins = ["vkcore.testing"]
 
 
 @pytest.fixture(scope="session")
-def device():
-    dev = vkcore.Device(validation=True)
-    yield dev
-    # Closing first: objects left alive at vkDestroyDevice are reported during close.
-    messages = list(dev.validation_messages)
-    dev.close()
-    messages += dev.validation_messages[len(messages) :]
-    assert messages == [], f"validation messages: {messages}"
-
-
-@pytest.fixture(autouse=True)
-def _no_validation_messages(request):
-    """Fail a test that produced validation messages on the shared device."""
-    if "device" not in request.fixturenames:
-        yield
-        return
-    dev = request.getfixturevalue("device")
-    before = len(dev.validation_messages)
-    yield
-    new = dev.validation_messages[before:]
-    assert new == [], f"validation messages during the test: {new}"
+def device(vk_session_device):
+    return vk_session_device
 
 
 @pytest.fixture

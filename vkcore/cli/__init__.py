@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from .. import __version__
 
 # Subcommand modules, in the order ``--help`` lists them.
-SUBCOMMANDS = ["info", "demo", "cache", "coldwarm", "quant_report", "bench", "tune"]
+SUBCOMMANDS = ["info", "demo", "cache", "coldwarm", "quant_report", "bench", "tune", "ci_env"]
 
 
 def build_parser() -> argparse.ArgumentParser:
