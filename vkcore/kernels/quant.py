@@ -3,7 +3,8 @@
 Formulas (identical in :func:`vkcore.reference.quantize`, which tests compare bit for bit):
 
 * integer range: symmetric ``[-(2^(b-1)-1), 2^(b-1)-1]`` stored as int8 (never -128 at
-  8 bits); asymmetric ``[0, 2^b-1]`` stored as uint8; one value per byte, ``b`` in 2..8.
+  8 bits); asymmetric ``[0, 2^b-1]`` stored as uint8; ``b`` in 2..8, one value per byte,
+  two per byte for ``b <= 4`` (layout: :mod:`vkcore.kernels.qlayout`).
 * symmetric scale: ``s = float32(max|W| / (2^(b-1)-1))``, ``z = 0``.
 * asymmetric: the range is widened to contain 0 (so 0.0 is exactly representable):
   ``lo = min(W, 0)``, ``hi = max(W, 0)``, ``s = float32((hi - lo) / (2^b-1))``,
@@ -12,26 +13,29 @@ Formulas (identical in :func:`vkcore.reference.quantize`, which tests compare bi
   quotient and ties go to the even integer. The device decides each rounding with exact
   float32 operations only (Vulkan's division is not correctly rounded), so every
   conformant device gives the same integers.
-* where scales are computed: on the host from the row maxima and minima (float64, one
-  rounding to float32), except for symmetric per-channel quantization of rows of a
+* where scales are computed: on the host from the row (or group) maxima and minima
+  (float64, one rounding to float32), except for symmetric per-channel quantization of rows of a
   multiple of 4 floats, where one kernel finds each row's max|W| and its correctly
   rounded ``max|W| / qmax`` with integer arithmetic, then quantizes the row while it is
   still in the cache (``shaders/quantize_rows.comp``; the same bits as the host, tested
   across the float32 range including subnormal scales; ``VKCORE_DEVICE_SCALES=0`` turns
   it off).
-* groups: one ``(s, z)`` per output row (``per_channel=True``) or one for the tensor.
+* groups: one ``(s, z)`` per output row (``per_channel=True``), one for the tensor, or
+  with ``group_size = g`` one per row and group of g consecutive columns (the last group
+  of a row may be shorter; its own columns decide its max and min).
 * a group of only zeros gets ``s = 1, z = 0``: no NaN, and it dequantizes to exactly 0.
 * subnormal weights (``|w| < 2^-126``) count as 0, since Vulkan devices may flush them.
 * NaN or infinity anywhere in W is a ValueError naming the first bad ``(row, col)``.
 * dequantize: ``W_hat = s * (q - z)``, a single float32 multiply of an exact integer.
 
-Storage: rows of ``q`` are padded to a multiple of 16 bytes with the row's zero point,
-so the matvec kernel reads whole 16-byte blocks. Weights larger than one storage-buffer
-binding are split by rows into several buffers.
+Storage: rows of ``q`` are padded to a multiple of 16 bytes with the zero point of the
+row's last group, so the matvec kernel reads whole 16-byte blocks. Weights larger than
+one storage-buffer binding are split by rows into several buffers.
 
 Speed: large writable float32 weights are read in place (imported host memory, no staging
 copy), through a uniform texel buffer where the device allows; each invocation quantizes
-one 16-column block in ``quant_rows(device)`` rows with straight-line code.
+one 16-byte block (16 columns, 32 packed) in ``quant_rows(device)`` rows with
+straight-line code.
 """
 
 from __future__ import annotations
