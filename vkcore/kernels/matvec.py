@@ -172,6 +172,10 @@ def matvec_f32(w: Any, x: Any, *, bias: Any = None, device: Device | None = None
             "matvec_f32 takes float weights (a 2-D float array or a vkcore.F32Matrix), "
             "got a QuantizedTensor; use vkcore.matvec(qt, x) for quantized weights"
         )
+    from . import matvec_batch  # x of shape (n, b): all b columns in one call
+
+    if matvec_batch.is_batch(x):
+        return matvec_batch.matvec_f32(w, x, bias=bias, device=device)
     if isinstance(w, F32Matrix):
         if device is not None and device is not w.device:
             raise ValueError("device must be the F32Matrix's own device (or None)")
@@ -198,6 +202,10 @@ def matvec(
     in, numpy out, Tensor in, Tensor out. ``bias``: None or a float vector of length m.
     ``activations``: "float", "int8" or "uint8".
     """
+    from . import matvec_batch  # x of shape (n, b): all b columns in one call
+
+    if matvec_batch.is_batch(x):
+        return matvec_batch.matvec(qt, x, bias=bias, activations=activations, device=device)
     _check_call(qt, activations, device)
     return _matvec(qt, x, bias, MODES[activations], activations)
 

@@ -1,0 +1,439 @@
+"""Batched matrix products: ``Y = W_hat X + b`` for X of shape ``(n, b)``, each weight
+block read and unpacked once for a tile of columns (``shaders/matvec_batch.comp``).
+
+Column c of Y is what :func:`vkcore.matvec` gives for column c of X (``v_ij = Q_ij - z_ig``,
+scale group g of row i):
+
+* ``"float"``: ``y_ic = sum_g s_ig * (sum_{j in g} v_ij x_jc) + b_i`` in float32 (any
+  summation order); within ``(n + G + 1) * 2^-23 * sum_j |s_ig v_ij x_jc| + |b_i| 2^-24``
+  of the exact value (what tests hold).
+* ``"int8"`` / ``"uint8"``: every column is quantized on its own, on the device, exactly as
+  :func:`vkcore.reference.quantize_activations` quantizes a vector: its own ``s_x`` and
+  ``z_x``. ``acc_igc = sum_{j in g} v_ij (qx_jc - z_xc)`` in int32 (exact; for uint8 this is
+  the integer ``sum v qx - z_x V_ig`` without row sums), ``t_igc = fl(fl(s_ig s_xc) fl(acc))``,
+  ``y_ic = fl(fl(...fl(t_i0c + t_i1c) ... + t_i,G-1,c) + b_i)``: bit for bit with
+  :func:`vkcore.reference.matvec` for x of shape ``(n, b)``.
+* a NaN or infinity in a column of x makes that column of y NaN in the integer modes (its
+  ``s_x`` is NaN) and no other column; in the float mode it propagates as float32
+  arithmetic makes it (within its own column: columns never mix).
+* b = 1 is the vector kernel (``vkcore.matvec`` on ``x[:, 0]``), so it equals the vector
+  call bit for bit in every mode.
+
+Device layout of X: the (n, b) array is bound as given (row-major, numpy or Tensor); a
+first dispatch (``quantize_act.comp`` with ``BATCH=1``, one workgroup per column) writes
+each column contiguously, padded to the weights' stored row length: the integer modes
+one 16-byte header (s_x, z_x) then the codes, the float modes the float bits unchanged.
+Contiguous columns let the product read one column's part of a weight block as whole
+16-byte texels, and the per-column range reduction reads a column without strides across
+other columns' results; the host never transposes, so a Tensor X needs no round trip.
+
+The product's workgroup computes ``ROWS`` rows for all columns, ``COLS`` at a time: each
+16-byte weight block of its rows is unpacked once per tile of COLS columns, and after the
+first tile the rows' weights come from the cache, not memory (``batch_tile``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..commands import Dispatch
+from ..device import Device
+from ..memory import Buffer, Tensor, asarray, buffer_pool
+from . import _common as c
+from . import matvec as mv
+from . import quant as _q
+from . import variants
+from .quant import BLOCK, QuantizedTensor
+
+ROWS = 4  # rows per workgroup
+COLS = 8  # columns per tile (registers: ROWS * COLS accumulators per invocation)
+MODE_F32 = 3
+_BUFFERS = 6
+_PUSH = 56
+# Loop iterations one invocation may run (estimated by _passes, with margin): llvmpipe
+# ends every loop of an invocation once 65,535 iterations of all its loops have run
+# (LP_MAX_TGSI_LOOP_ITERATIONS; seen here as a wrong last column tile with group size 1),
+# so long group loops are split into passes. A split is valid on every device.
+LOOP_BUDGET = 16384
+LOOPS_PER_SUM = 4  # measured about 3 per workgroup sum on llvmpipe
+# (WSIGNED, ASYM) as in matvec.py: int8 storage for symmetric weights, uint8 otherwise.
+_STORAGE = ((1, 0), (0, 1))
+
+
+def _defines(mode: int, signed: bool, asym: bool, packed: bool, texel: bool) -> dict[str, int]:
+    return {
+        "MODE": mode,
+        "WSIGNED": int(signed),
+        "ASYM": int(asym),
+        "PACKED": int(packed),
+        "TEXEL": int(texel),
+    }
+
+
+for _mode in (0, 1, 2):
+    variants.register(
+        "matvec_batch.comp",
+        [
+            _defines(_mode, bool(sg), bool(asym), bool(packed), texel)
+            for sg, asym in _STORAGE
+            for packed in (0, 1)
+            for texel in (True, False)
+        ],
+        exact=_mode != 0,
+        reduces=True,
+    )
+variants.register(
+    "matvec_batch.comp",
+    [_defines(MODE_F32, True, False, False, texel) for texel in (True, False)],
+    exact=False,
+    reduces=True,
+)
+variants.register(
+    "quantize_act.comp",
+    [{"ACT": 0, "BATCH": 1}, {"ACT": 1, "BATCH": 1}, {"ACT": 2, "BATCH": 1}],
+    exact=True,
+    reduces=True,
+)
+
+
+def is_batch(x: Any) -> bool:
+    """Whether ``x`` is a matrix of columns (shape ``(n, b)``) rather than a vector."""
+    if isinstance(x, Tensor):
+        return x.ndim == 2
+    if isinstance(x, np.ndarray):
+        return x.ndim == 2
+    if isinstance(x, (list, tuple)):
+        return bool(x) and isinstance(x[0], (list, tuple, np.ndarray))
+    return False
+
+
+def batch_tile(device: Device) -> tuple[int, int]:
+    """(rows per workgroup, columns per tile): specialization constants 1 and 2."""
+    return ROWS, COLS
+
+
+# --------------------------------------------------------------------------- entry points
+def matvec(
+    qt: QuantizedTensor,
+    x: Any,
+    *,
+    bias: Any = None,
+    activations: str = "float",
+    device: Device | None = None,
+) -> Any:
+    """``Y = W_hat X + b`` for ``x`` of shape ``(n, b)``; see the module docstring.
+
+    numpy in, numpy out (float32 ``(m, b)``); a float32 Tensor in, a Tensor out.
+    """
+    mv._check_call(qt, activations, device)
+    return _batched(qt, x, bias, mv.MODES[activations])
+
+
+def matvec_f32(w: Any, x: Any, *, bias: Any = None, device: Device | None = None) -> Any:
+    """``Y = W X + b`` in float32 for ``x`` of shape ``(n, b)`` (``w``: a 2-D float array or a
+    :class:`vkcore.F32Matrix`): the baseline of :func:`matvec`, with the same tiling."""
+    if isinstance(w, QuantizedTensor):
+        raise TypeError(
+            "matvec_f32 takes float weights (a 2-D float array or a vkcore.F32Matrix), "
+            "got a QuantizedTensor; use vkcore.matvec(qt, x) for quantized weights"
+        )
+    if isinstance(w, mv.F32Matrix):
+        if device is not None and device is not w.device:
+            raise ValueError("device must be the F32Matrix's own device (or None)")
+        return _batched(w, x, bias, MODE_F32)
+    mat = mv.F32Matrix(w, device)
+    try:
+        return _batched(mat, x, bias, MODE_F32)
+    finally:
+        mat.release()
+
+
+# --------------------------------------------------------------------------- the call
+def _columns(x: Any, n: int, dev: Device) -> np.ndarray | Tensor:
+    """x as a C-contiguous float32 (n, b) array, or the Tensor itself; clear errors."""
+    data = c.float_input(x, "x")
+    if isinstance(data, Tensor) and data.device is not dev:
+        raise ValueError("x must be on the weights' device")
+    if len(data.shape) != 2 or data.shape[0] != n:
+        raise ValueError(f"x must have shape ({n},) or ({n}, b), got {tuple(data.shape)}")
+    if data.shape[1] == 0:
+        raise ValueError(f"x must have at least one column, got shape {tuple(data.shape)}")
+    return data if isinstance(data, Tensor) else c.as_float32(data)
+
+
+def _vector_call(mat: Any, xv: np.ndarray | Tensor, bias: Any, mode: int) -> Any:
+    """b = 1: the vector kernel on the one column (bit for bit the vector call)."""
+    n = mat.shape[1]
+    col = xv.reshape((n,)) if isinstance(xv, Tensor) else xv[:, 0]
+    activations = "float" if mode in (0, MODE_F32) else ("int8" if mode == 1 else "uint8")
+    y = mv._matvec(mat, col, bias, mode, activations)
+    return y.reshape((mat.shape[0], 1))
+
+
+def _batched(mat: QuantizedTensor | mv.F32Matrix, x: Any, bias: Any, mode: int) -> Any:
+    dev = mat.device
+    mat.check_usable()
+    m, n = mat.shape
+    xv = _columns(x, n, dev)
+    if bias is not None:
+        bias = mv._vector(bias, m, dev, "bias")
+    b = int(xv.shape[1])
+    if b == 1:
+        return _vector_call(mat, xv, bias, mode)
+    layout = _Layout(mat, mode, b)
+    layout.check(dev)
+    with dev.lock:
+        if isinstance(xv, Tensor):
+            assert xv.buffer is not None
+            xbuf = xv.buffer
+        else:
+            xbuf = mat.scratch_buffer("xb", xv.nbytes)
+            xbuf.write(xv)
+        act = mat.scratch_buffer("actb", 16 * b * layout.act_stride)
+        steps = [_prepare(mat, mode, xbuf, act, layout)]
+        whole = 4 * m * b <= _q.binding_limit(dev) and _q.vectors_fit(dev, m)
+        if whole:
+            return _run_whole(mat, mode, act, bias, layout, steps, isinstance(xv, Tensor))
+        out = _run_by_chunks(mat, mode, act, bias, layout, steps)
+    return asarray(out, device=dev) if isinstance(xv, Tensor) else out
+
+
+class _Layout:
+    """What a call's dispatches share: stored blocks per row, codes per block, columns."""
+
+    def __init__(self, mat: QuantizedTensor | mv.F32Matrix, mode: int, b: int) -> None:
+        self.b = b
+        self.n = mat.shape[1]
+        if isinstance(mat, mv.F32Matrix):
+            self.blocks, self.cols_per_block, self.packed = mat.row_floats // BLOCK, BLOCK, False
+            self.groups, self.group_cols = 1, self.n
+        else:
+            self.packed = bool(getattr(mat, "packed", False))
+            self.blocks = mat.row_bytes // BLOCK
+            self.cols_per_block = 2 * BLOCK if self.packed else BLOCK
+            self.groups = int(getattr(mat, "groups", 1))
+            self.group_cols = int(getattr(mat, "group_cols", self.n))
+        self.codes = self.blocks * self.cols_per_block  # stored columns per row
+        integer = mode in (1, 2)
+        # texels per column: a header (s_x, z_x) and the codes (16 a texel), or the floats
+        self.act_stride = 1 + self.codes // 16 if integer else self.codes // 4
+
+    def check(self, dev: Device) -> None:
+        limit = _q.binding_limit(dev)
+        for name, nbytes in (
+            ("x", 4 * self.n * self.b),
+            ("x prepared", 16 * self.b * self.act_stride),
+        ):
+            if nbytes > limit:
+                raise ValueError(
+                    f"x of shape ({self.n}, {self.b}) needs {nbytes} bytes ({name}) in one "
+                    f"storage binding, more than this device's maxStorageBufferRange "
+                    f"({limit} bytes); pass fewer columns per call"
+                )
+        if self.b > int(dev.info.max_compute_work_group_count[1]):
+            raise ValueError(
+                f"x has {self.b} columns, more than this device's maxComputeWorkGroupCount[1] "
+                f"({dev.info.max_compute_work_group_count[1]}); pass fewer columns per call"
+            )
+
+
+def _prepare(
+    mat: QuantizedTensor | mv.F32Matrix, mode: int, xbuf: Buffer, act: Buffer, layout: _Layout
+) -> Dispatch:
+    """The dispatch that writes every column of x into ``act`` (quantized or copied)."""
+    dev = mat.device
+    act_mode = 0 if mode in (0, MODE_F32) else mode
+    pipe = dev.pipeline(
+        "quantize_act.comp",
+        defines={
+            "ACT": act_mode,
+            "BATCH": 1,
+            **variants.defines(dev.info, exact=True, reduces=True),
+        },
+        spec={0: mv.ACT_WORKGROUP},
+        buffers=2,
+        push_size=28,
+    )
+    if act_mode == 0:
+        words, col_words, inv = layout.codes, layout.codes, np.float32(0)
+    else:
+        words, col_words = layout.codes // 4, 4 * layout.act_stride
+        inv = mv.ACT_INV["int8" if mode == 1 else "uint8"]
+    push = (
+        c.pack_u32(layout.n, words)
+        + np.array([inv, mv.ACT_TINY], dtype="<f4").tobytes()
+        + c.pack_u32(layout.b, 1, col_words)  # x[i, col] at i * b + col
+    )
+    return Dispatch(pipe, (xbuf, act), push, (1, layout.b, 1))
+
+
+def _pipeline(mat: QuantizedTensor | mv.F32Matrix, mode: int, act: Buffer, layout: _Layout) -> Any:
+    dev = mat.device
+    integer = mode in (1, 2)
+    wfmt = "rgba32f" if mode == MODE_F32 else "rgba32ui"
+
+    def viewable(buf: Buffer, fmt: str) -> bool:
+        return buf.nbytes >= 16 and c.texel_format(dev, buf, fmt) is not None
+
+    afmt = "rgba32ui" if integer else "rgba32f"
+    texel = viewable(act, afmt) and all(viewable(ch.buffer, wfmt) for ch in mat.chunks)
+    signed = True if isinstance(mat, mv.F32Matrix) else mat.symmetric
+    rows, cols = batch_tile(dev)
+    return dev.pipeline(
+        "matvec_batch.comp",
+        defines={
+            **_defines(mode, signed, not signed, layout.packed, texel),
+            **variants.defines(dev.info, exact=integer, reduces=True),
+        },
+        spec={0: mv.workgroup_size(dev), 1: rows, 2: cols},
+        buffers=_BUFFERS,
+        push_size=_PUSH,
+        texel={0: wfmt, 3: afmt} if texel else None,
+    )
+
+
+def _grid(dev: Device, rows: int) -> tuple[int, int, int]:
+    tiles = c.ceil_div(rows, batch_tile(dev)[0])
+    gx = min(tiles, int(dev.info.max_compute_work_group_count[0]))
+    gy = c.ceil_div(tiles, gx)
+    if gy > _q.grid_rows(dev):
+        raise ValueError(f"{rows} rows need more workgroups than this device allows")
+    return gx, gy, 1
+
+
+def _passes(dev: Device, layout: _Layout) -> list[tuple[int, int, int, int]]:
+    """(g_begin, g_end, c_begin, c_end) of each pass, in order: the columns cut into
+    slices and the groups into ranges so that one invocation's loops stay within
+    LOOP_BUDGET; a range continues the sum the one before stored in y."""
+    rows, cols = batch_tile(dev)
+    spanned = c.ceil_div(layout.group_cols, layout.cols_per_block) + 1  # blocks of a group
+    per_group = rows * cols * LOOPS_PER_SUM + c.ceil_div(spanned, mv.workgroup_size(dev)) + 4
+    tiles_per_slice = max(1, LOOP_BUDGET // per_group)
+    slice_cols = tiles_per_slice * cols
+    out = []
+    for c_begin in range(0, layout.b, slice_cols):
+        c_end = min(layout.b, c_begin + slice_cols)
+        tiles = c.ceil_div(c_end - c_begin, cols)
+        step = max(1, LOOP_BUDGET // (tiles * per_group))
+        for g_begin in range(0, layout.groups, step):
+            out.append((g_begin, min(layout.groups, g_begin + step), c_begin, c_end))
+    return out
+
+
+def _push(
+    mat: Any,
+    layout: _Layout,
+    rows: int,
+    vec_row0: int,
+    par_row0: int,
+    bias: bool,
+    part: tuple[int, int, int, int],
+) -> bytes:
+    per_channel = int(getattr(mat, "per_channel", False))
+    return c.pack_u32(
+        layout.blocks,
+        rows,
+        vec_row0,
+        par_row0,
+        layout.b,
+        layout.act_stride,
+        layout.groups,
+        layout.group_cols,
+        per_channel,
+        int(bias),
+        *part,
+    )
+
+
+def _params(mat: QuantizedTensor | mv.F32Matrix) -> tuple[Buffer, Buffer]:
+    dummy = c.dummy_buffer(mat.device)
+    if isinstance(mat, mv.F32Matrix):
+        return dummy, dummy
+    scale, zero = mat.scale_tensor.buffer, mat.zero_point_tensor.buffer
+    assert scale is not None and zero is not None
+    return scale, zero
+
+
+def _run_whole(
+    mat: QuantizedTensor | mv.F32Matrix,
+    mode: int,
+    act: Buffer,
+    bias: np.ndarray | Tensor | None,
+    layout: _Layout,
+    steps: list[Dispatch],
+    tensor_out: bool,
+) -> Any:
+    """y, bias, scales and zero points each bound whole (they fit one binding)."""
+    dev = mat.device
+    m, b = mat.shape[0], layout.b
+    y_tensor = Tensor.empty((m, b), np.float32, dev) if tensor_out else None
+    ybuf = y_tensor.buffer if y_tensor is not None else mat.scratch_buffer("yb", 4 * m * b)
+    assert ybuf is not None
+    bbuf = c.dummy_buffer(dev)
+    if isinstance(bias, Tensor):
+        assert bias.buffer is not None
+        bbuf = bias.buffer
+    elif bias is not None:
+        bbuf = mat.scratch_buffer("biasb", bias.nbytes)
+        bbuf.write(bias)
+    scale, zero = _params(mat)
+    pipe = _pipeline(mat, mode, act, layout)
+    for part in _passes(dev, layout):
+        for ch in mat.chunks:
+            push = _push(mat, layout, ch.rows, ch.row0, ch.row0, bias is not None, part)
+            buffers = (ch.buffer, scale, zero, act, bbuf, ybuf)
+            steps.append(Dispatch(pipe, buffers, push, _grid(dev, ch.rows)))
+    dev.submitter.run(steps)
+    if y_tensor is not None:
+        return y_tensor
+    out = c.result_array(dev, (m, b))
+    ybuf.read(out)
+    return out
+
+
+def _run_by_chunks(
+    mat: QuantizedTensor | mv.F32Matrix,
+    mode: int,
+    act: Buffer,
+    bias: np.ndarray | Tensor | None,
+    layout: _Layout,
+    steps: list[Dispatch],
+) -> np.ndarray:
+    """Per-row vectors too large for one binding: each weight chunk binds its own slices
+    (y, bias, parameters), taken from the buffer pool for this call."""
+    dev = mat.device
+    pool = buffer_pool(dev)
+    host_bias = bias.numpy() if isinstance(bias, Tensor) else bias
+    taken: list[Buffer] = []
+
+    def take(nbytes: int) -> Buffer:
+        taken.append(pool.acquire(max(16, nbytes)))
+        return taken[-1]
+
+    try:
+        pipe = _pipeline(mat, mode, act, layout)
+        if isinstance(mat, QuantizedTensor):
+            params = mat.group_buffers(take)
+        else:
+            params = [(*_params(mat), 0)] * len(mat.chunks)
+        ys = []
+        for ch, (scale, zero, group0) in zip(mat.chunks, params, strict=True):
+            bbuf = c.dummy_buffer(dev)
+            if host_bias is not None:
+                bbuf = take(4 * ch.rows)
+                bbuf.write(c.as_float32(host_bias[ch.row0 : ch.row0 + ch.rows]))
+            ys.append(take(4 * ch.rows * layout.b))
+            for part in _passes(dev, layout):
+                push = _push(mat, layout, ch.rows, 0, ch.row0 - group0, host_bias is not None, part)
+                buffers = (ch.buffer, scale, zero, act, bbuf, ys[-1])
+                steps.append(Dispatch(pipe, buffers, push, _grid(dev, ch.rows)))
+        dev.submitter.run(steps)
+        out = c.result_array(dev, (mat.shape[0], layout.b))
+        for ch, ybuf in zip(mat.chunks, ys, strict=True):
+            ybuf.read(out[ch.row0 : ch.row0 + ch.rows])
+    finally:
+        for buf in taken:
+            pool.release(buf)
+    return out
