@@ -5,6 +5,8 @@ n) and the argument errors."""
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import vkcore
 from vkcore import reference
@@ -174,3 +176,28 @@ def test_np_integer_group_size_and_numpy_reference_errors():
         reference.dequantize(np.zeros((2, 8), np.int8), np.ones((2, 2)), np.zeros((2, 2)))
     qt = vkcore.quantize(w, group_size=np.int64(4))
     assert qt.group_size == 4 and type(qt.group_size) is int
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    m=st.integers(1, 5),
+    n=st.integers(1, 90),
+    bits=st.integers(2, 8),
+    symmetric=st.booleans(),
+    group_size=st.integers(1, 100),
+    scale=st.sampled_from([1e-30, 1e-3, 1.0, 1e20]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_random_layouts_match_the_reference(device, m, n, bits, symmetric, group_size, scale, seed):
+    """Any shape, group size (dividing n or not, beyond n), bits and magnitude; some exact
+    zeros and ties (multiples of a power of two) mixed in."""
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((m, n)) * scale).astype(np.float32)
+    w[rng.random((m, n)) < 0.2] = 0
+    ties = rng.random((m, n)) < 0.2
+    w[ties] = (np.round(w[ties] / np.float32(scale)) * np.float32(scale) / 4).astype(np.float32)
+    qt = vkcore.quantize(w, bits=bits, symmetric=symmetric, group_size=group_size, device=device)
+    check(qt, w, bits, symmetric, True, group_size)
+    qt.release()
