@@ -404,3 +404,13 @@ def test_a_failed_upload_frees_what_it_made(device, rng, monkeypatch, fail_at):
     assert info.traceback and device.live_objects()["buffers"] == before
     qt = QT.from_arrays(q, s, z, bits=4, group_size=16, device=device)
     assert np.array_equal(qt.q, q)
+
+
+def test_a_row_longer_than_one_binding_is_refused(device, monkeypatch):
+    from vkcore.kernels import quant
+
+    monkeypatch.setattr(quant, "binding_limit", lambda dev: 64)
+    with pytest.raises(ValueError, match="one row of q stored needs 80 bytes"):
+        QT.from_arrays(np.zeros((2, 65), np.int8), np.ones(2, np.float32), device=device)
+    qt = QT.from_arrays(np.zeros((9, 64), np.int8), np.ones(9, np.float32), device=device)
+    assert len(qt.chunks) == 9 and not qt.q.any()  # one 64-byte row a binding

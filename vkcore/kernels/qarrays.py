@@ -190,7 +190,7 @@ def build(
     chunks: list[Chunk] = []
     made: list[Tensor] = []
     try:
-        lease_chunks(dev, layout.m, layout.row_bytes, chunks)
+        lease_chunks(dev, layout.m, layout.row_bytes, chunks, "one row of q stored")
         for ch in chunks:
             ch.buffer.write(np.ascontiguousarray(rows[ch.row0 : ch.row0 + ch.rows]))
         scale_t = upload(np.asarray(s, np.float32).reshape(layout.param_shape), dev, made)

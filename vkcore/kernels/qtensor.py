@@ -260,14 +260,17 @@ def upload(arr: np.ndarray, dev: Device, made: list[Tensor]) -> Tensor:
     return t
 
 
-def lease_chunks(dev: Device, m: int, row_bytes: int, chunks: list[Chunk]) -> None:
+def lease_chunks(
+    dev: Device, m: int, row_bytes: int, chunks: list[Chunk], what: str = "one row of w quantized"
+) -> None:
     """Append to ``chunks`` leased buffers for ``m`` rows of ``row_bytes``, split so that
     each fits one binding. Leased: a released tensor's memory (pages already touched)
-    serves the next one of that size."""
+    serves the next one of that size. A row longer than one binding is a ValueError
+    naming ``what``."""
     from .quant import rows_per_buffer  # looked up there: tests lower quant.binding_limit
 
     pool = buffer_pool(dev)
-    q_rows = rows_per_buffer(dev, row_bytes, "one row of w quantized")
+    q_rows = rows_per_buffer(dev, row_bytes, what)
     for row0, rows in row_slices(m, q_rows):
         chunks.append(Chunk(row0, rows, pool.lease(rows * row_bytes)))
 
