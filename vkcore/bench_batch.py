@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -58,7 +59,7 @@ def batched_rows(
         )
         for b in CURVE:
             x = rng.standard_normal((size, b)).astype(np.float32)
-            ms = _median_ms(lambda x=x: matvec_batch.matvec(qt, x, activations="int8"), repeats)
+            ms = _median_ms(partial(matvec_batch.matvec, qt, x, activations="int8"), repeats)
             rows.append(
                 {
                     "case": f"batched int8 b={b}",
