@@ -17,7 +17,22 @@
 // row loops are unrolled so that those accumulators stay in registers. Integer
 // results are exact as long as the true value fits in int32 (wrap-around arithmetic);
 // the host refuses shapes where it might not.
+//
+// GROUPED 1 (matvec_groups.glsl): parameters per group of columns, and/or PACKED 1
+// (two 4-bit codes per byte); the main() of that file replaces the one below.
+// DOT 1 (8-bit storage, MODE 1 and 2): products of four packed bytes by OpSDot / OpUDot /
+// OpSUDot (SPV_KHR_integer_dot_product) instead of bitfieldExtract; the host asks for it
+// only where the device reports the feature.
 #extension GL_EXT_control_flow_attributes : require
+#ifndef GROUPED
+#define GROUPED 0
+#endif
+#ifndef PACKED
+#define PACKED 0
+#endif
+#ifndef DOT
+#define DOT 0
+#endif
 
 layout(local_size_x_id = 0) in;
 #extension GL_GOOGLE_include_directive : require
@@ -44,8 +59,18 @@ layout(std430, binding = 0) readonly buffer Wt { vec4 wf[]; };
 layout(std430, binding = 0) readonly buffer Wt { uvec4 wq[]; };
 #define WQ(i) wq[i]
 #endif
+#if GROUPED && TEXEL
+// Per-group parameters through texel buffers too: one gather per row and unit.
+layout(binding = 1) uniform textureBuffer s_texels;
+layout(binding = 2) uniform utextureBuffer z_texels;
+#define SCALE(i) texelFetch(s_texels, int(i)).x
+#define ZERO_POINT(i) int(texelFetch(z_texels, int(i)).x)
+#else
 layout(std430, binding = 1) readonly buffer S { float scale[]; };
 layout(std430, binding = 2) readonly buffer Z { int zero_point[]; };
+#define SCALE(i) scale[i]
+#define ZERO_POINT(i) zero_point[i]
+#endif
 #if MODE == 4
 layout(std430, binding = 3) writeonly buffer V { int rowsum[]; };
 #else
@@ -78,13 +103,21 @@ layout(std430, binding = 6) readonly buffer B { float bias[]; };
 layout(std430, binding = 7) writeonly buffer Y { float y[]; };
 
 layout(push_constant) uniform Push {
-    uint blocks;        // 16-element blocks per stored row
+    uint blocks;        // 16-byte blocks per stored row
     uint n;             // true row length
-    uint rows;          // rows in this weight chunk
-    uint row0;          // global index of the chunk's first row
-    uint group_stride;  // 1: scale per row, 0: one scale
+    uint rows;          // rows in this dispatch
+    uint row0;          // index in y, bias (and row sums) of the first row
+    uint group_stride;  // 1: scale per row, 0: one scale (GROUPED: parameters per row)
     uint has_bias;
     uint out_acc;       // 1: store the int32 accumulators (bit cast) instead of y
+#if GROUPED
+    uint groups;        // G: parameter groups per row
+    uint group_cols;    // columns per group (the last one may be shorter)
+    uint parts;         // P: pieces each group is cut into (units = G * P)
+    uint part_cols;     // columns per piece
+    uint prow0;         // index in the parameter buffers (rows of G) of the first row
+    uint wrow0;         // row in the weight buffer of the first row
+#endif
 } pc;
 
 #if MODE == 0 || MODE == 3
@@ -98,6 +131,51 @@ layout(push_constant) uniform Push {
 #endif
 
 shared ACC_T sh_acc[ROWS][gl_WorkGroupSize.x];
+
+#if DOT
+#extension GL_EXT_spirv_intrinsics : require
+// OpSDot (4450), OpUDot (4451), OpSUDot (4452) on two 32-bit words of four 8-bit lanes
+// (PackedVectorFormat4x8Bit = 0); capabilities DotProduct (6019) and
+// DotProductInput4x8BitPacked (6018). OpSUDot: the first word signed, the second unsigned.
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
+int sdot4x8(uint a, uint b, spirv_literal int fmt);
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4451)
+uint udot4x8(uint a, uint b, spirv_literal int fmt);
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4452)
+int sudot4x8(uint a, uint b, spirv_literal int fmt);
+
+// sum_k W_k A_k of one weight word and one activation word (raw codes, no zero point).
+int dot_word(uint w, uint a) {
+#if MODE == 1 && WSIGNED
+    return sdot4x8(w, a, 0);
+#elif MODE == 1
+    return sudot4x8(a, w, 0);
+#elif WSIGNED
+    return sudot4x8(w, a, 0);
+#else
+    return int(udot4x8(w, a, 0));
+#endif
+}
+
+// sum_k (W_k - z) A_k over a 16-byte block: the raw dot products minus z times the sum
+// of the activations (asum, 0 for symmetric weights); exact in int32 arithmetic, which
+// wraps, as long as the caller's true total fits.
+int dot_block(uvec4 w, uvec4 a, int z, int asum) {
+    int d = (dot_word(w.x, a.x) + dot_word(w.y, a.y)) + (dot_word(w.z, a.z) + dot_word(w.w, a.w));
+#if ASYM
+    d -= z * asum;
+#endif
+    return d;
+}
+
+int act_sum(uint a) {
+#if MODE == 1
+    return sdot4x8(a, 0x01010101u, 0);
+#else
+    return int(udot4x8(a, 0x01010101u, 0));
+#endif
+}
+#endif
 
 // The 4 weights of one packed word as signed integers Q - z.
 ivec4 weights4(uint word, int z) {
@@ -144,6 +222,9 @@ ACC_T workgroup_sum(ACC_T v, uint r) {
     return total;
 }
 
+#if GROUPED
+#include "matvec_groups.glsl"
+#else
 void main() {
     uint group = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     uint first = group * uint(ROWS);
@@ -164,6 +245,12 @@ void main() {
     for (uint b = lane; b < full; b += stride) {
 #if MODE == 0 || MODE == 3
         vec4 x0 = XV(4u * b), x1 = XV(4u * b + 1u), x2 = XV(4u * b + 2u), x3 = XV(4u * b + 3u);
+#elif (MODE == 1 || MODE == 2) && DOT
+        uvec4 a = QX(b);
+        int as4 = 0;
+#if ASYM
+        as4 = act_sum(a.x) + act_sum(a.y) + act_sum(a.z) + act_sum(a.w);
+#endif
 #elif MODE == 1 || MODE == 2
         uvec4 a = QX(b);
         ivec4 a0 = acts4(a.x), a1 = acts4(a.y), a2 = acts4(a.z), a3 = acts4(a.w);
@@ -180,6 +267,8 @@ void main() {
                          + vec4(weights4(w.z, z[r])) * x2 + vec4(weights4(w.w, z[r])) * x3);
 #elif MODE == 4
             acc[r] += SUM4(weights4(w.x, z[r]) + weights4(w.y, z[r]) + weights4(w.z, z[r]) + weights4(w.w, z[r]));
+#elif DOT
+            acc[r] += dot_block(w, a, z[r], as4);
 #else
             acc[r] += SUM4(weights4(w.x, z[r]) * a0 + weights4(w.y, z[r]) * a1 + weights4(w.z, z[r]) * a2
                          + weights4(w.w, z[r]) * a3);
@@ -231,3 +320,4 @@ void main() {
 #endif
     }
 }
+#endif

@@ -157,6 +157,41 @@ def tour_quant_groups(device: vkcore.Device, rng: np.random.Generator) -> list[s
     return done
 
 
+def tour_matvec_groups(device: vkcore.Device, rng: np.random.Generator) -> list[str]:
+    """matvec on grouped and packed weights (the GROUPED / PACKED variants of matvec.comp)
+    in every mode, then the integer-dot-product variants (DOT) forced by reporting the
+    accelerated flag where the device has the feature: integers bit for bit."""
+    done = []
+    m, n = 37, 100
+    w = (rng.standard_normal((m, n)) * 0.1).astype(np.float32)
+    x = rng.standard_normal(n).astype(np.float32)
+    bias = rng.standard_normal(m).astype(np.float32)
+    cases = [(8, True, 32), (8, False, 32), (4, True, 32), (4, False, None), (3, False, 7)]
+    dot_info = dataclasses.replace(device.info, integer_dot_product_8bit_accelerated=True)
+    runs = [("", device.info, cases)]
+    if device.info.integer_dot_product:
+        runs.append((" dot", dot_info, [(8, True, None), (8, False, None), *cases[:2]]))
+    for tag, info, layouts in runs:
+        with device_info(device, info):
+            for bits, symmetric, group in layouts:
+                qt = vkcore.quantize(
+                    w, bits=bits, symmetric=symmetric, group_size=group, device=device
+                )
+                q, s, z = qt.q, qt.scale, qt.zero_point
+                for activations in ("float", "int8", "uint8") if not tag else ("int8", "uint8"):
+                    y = vkcore.matvec(qt, x, bias=bias, activations=activations)
+                    ref = reference.matvec(q, s, z, x, bias, activations, group)
+                    case = f"matvec {activations} {bits}-bit sym={symmetric} g={group}{tag}"
+                    if activations == "float":
+                        size = np.abs(vkcore.dequantize(qt)) @ np.abs(x) + np.abs(bias)
+                        assert np.all(np.abs(y - ref) <= 1e-5 * size + 1e-30), case
+                    else:
+                        assert np.array_equal(y, ref), case
+                    done.append(case)
+                qt.release()
+    return done
+
+
 def tour_batch(device: vkcore.Device, rng: np.random.Generator) -> list[str]:
     """Batched matvec (x of shape (n, b)) in every mode on int8/uint8 and packed 4-bit
     weights, and the float32 baseline; the integer modes bit for bit. Its exact variants
@@ -202,6 +237,7 @@ TOURS: list[Tour] = [
     tour_softmax,
     tour_quantization,
     tour_quant_groups,
+    tour_matvec_groups,
     tour_batch,
 ]
 
@@ -215,12 +251,12 @@ def feature_profiles(info: DeviceInfo) -> list[tuple[str, DeviceInfo, list[Tour]
         "subgroup_supported_operations": info.subgroup_supported_operations & ~SUBGROUP_ARITHMETIC
     }
     wanted: list[tuple[str, dict[str, object], list[Tour]]] = [
-        ("no RTE", no_rte, [tour_quantization, tour_quant_groups]),
+        ("no RTE", no_rte, [tour_quantization, tour_quant_groups, tour_matvec_groups]),
         ("shared-memory reductions", no_arith, TOURS),
         (
             "no RTE, shared-memory reductions",
             {**no_rte, **no_arith},
-            [tour_quantization, tour_quant_groups],
+            [tour_quantization, tour_quant_groups, tour_matvec_groups],
         ),
     ]
     out = [("native", info, TOURS)]

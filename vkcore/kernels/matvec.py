@@ -41,6 +41,7 @@ from ..commands import Dispatch
 from ..device import Device, resolve
 from ..memory import Buffer, Tensor, asarray, buffer_pool
 from . import _common as c
+from . import matvec_groups as mg
 from . import quant as _q
 from . import variants
 from .quant import (
@@ -83,13 +84,20 @@ def rows_per_workgroup(device: Device, mode: int) -> int:
     return variants.fit_rows(device.info, workgroup_size(device), rows)
 
 
-def _defines(mode: int, signed: bool, asym: bool, texel: bool) -> dict[str, int]:
-    return {
-        "MODE": mode,
-        "WSIGNED": int(signed),
-        "ASYM": int(asym),
-        "TEXEL": int(texel),
-    }
+def _defines(
+    mode: int,
+    signed: bool,
+    asym: bool,
+    texel: bool,
+    grouped: int = 0,
+    packed: int = 0,
+    dot: int = 0,
+) -> dict[str, int]:
+    """The kernel's defines; GROUPED, PACKED and DOT only when set (the per-channel
+    variants keep their names)."""
+    out = {"MODE": mode, "WSIGNED": int(signed), "ASYM": int(asym), "TEXEL": int(texel)}
+    out.update({k: 1 for k, v in (("GROUPED", grouped), ("PACKED", packed), ("DOT", dot)) if v})
+    return out
 
 
 def _exact(mode: int) -> bool:
@@ -108,6 +116,32 @@ for _mode in (0, 1, 2, MODE_ROWSUM, MODE_F32):
             for texel in (True, False)
         ],
         exact=_exact(_mode),
+        reduces=True,
+    )
+# The grouped / packed kernel (matvec_groups.glsl) in every mode but the float32 one, and
+# the integer dot product on 8-bit storage (per-channel and grouped kernels).
+for _mode in (0, 1, 2, MODE_ROWSUM):
+    variants.register(
+        "matvec.comp",
+        [
+            _defines(_mode, bool(sg), bool(asym), texel, grouped=1, packed=packed)
+            for sg, asym in _STORAGE
+            for texel in (True, False)
+            for packed in (0, 1)
+        ],
+        exact=_exact(_mode),
+        reduces=True,
+    )
+for _mode in (1, 2):
+    variants.register(
+        "matvec.comp",
+        [
+            _defines(_mode, bool(sg), bool(asym), texel, grouped=grouped, dot=1)
+            for sg, asym in _STORAGE
+            for texel in (True, False)
+            for grouped in (0, 1)
+        ],
+        exact=True,
         reduces=True,
     )
 variants.register("quantize_act.comp", [{"ACT": 1}, {"ACT": 2}], exact=True, reduces=True)
@@ -211,7 +245,8 @@ def matvec(
 
 
 def integer_accumulators(qt: QuantizedTensor, x: Any, activations: str = "int8") -> np.ndarray:
-    """The int32 accumulators ``acc_i`` of an integer-mode matvec, as numpy int32.
+    """The int32 accumulators of an integer-mode matvec, as numpy int32: ``acc_i`` shape
+    ``(m,)`` with one group per row, ``acc_ig`` shape ``(m, G)`` with groups.
 
     For checks and tests: they equal :func:`vkcore.reference.matvec_accumulators`.
     """
@@ -219,8 +254,8 @@ def integer_accumulators(qt: QuantizedTensor, x: Any, activations: str = "int8")
         raise ValueError(f"activations must be 'int8' or 'uint8', got {activations!r}")
     _check_call(qt, activations, None)
     y = _matvec(qt, x, None, MODES[activations], activations, out_acc=True)
-    arr = y.numpy() if isinstance(y, Tensor) else y
-    return arr.view(np.int32)
+    arr = (y.numpy() if isinstance(y, Tensor) else y).view(np.int32)
+    return arr.reshape(qt.shape[0], -1) if mg.groups(qt) > 1 else arr
 
 
 def _check_call(qt: Any, activations: Any, device: Device | None) -> None:
@@ -237,12 +272,16 @@ def _check_call(qt: Any, activations: Any, device: Device | None) -> None:
         raise ValueError("device must be the QuantizedTensor's own device (or None)")
     if activations != "float":
         limit = max_exact_n(qt.bits, qt.symmetric, activations)
-        if qt.shape[1] > limit:
+        cols = min(mg.group_cols(qt), qt.shape[1])  # columns summed into one int32
+        if cols > limit:
             kind = "symmetric" if qt.symmetric else "asymmetric"
+            what, bound = f"n = {qt.shape[1]} inputs", f"n = {limit}"
+            if mg.groups(qt) > 1:
+                what, bound = f"groups of {cols} columns", f"{limit} columns per group"
             raise ValueError(
-                f"n = {qt.shape[1]} inputs could overflow the int32 accumulator with {activations} "
-                f"activations and {qt.bits}-bit {kind} weights "
-                f"(exact up to n = {limit}); use activations='float' or split the layer"
+                f"{what} could overflow the int32 accumulator with {activations} "
+                f"activations and {qt.bits}-bit {kind} weights (exact up to {bound}); "
+                "use activations='float', a smaller group_size or split the layer"
             )
 
 
@@ -273,13 +312,15 @@ def _matvec(
     xv = _vector(x, n, dev, "x")
     bv = None if bias is None else _vector(bias, m, dev, "bias")
     _check_binding(dev, 4 * n, "x")
+    groups = 1 if isinstance(mat, F32Matrix) else mg.groups(mat)
+    count = m * groups if out_acc else m  # y, or the accumulators of every group
     with dev.lock:
         xbuf = _input_buffer(mat, xv, "x")
-        if not _q.vectors_fit(dev, m):
+        if not _q.vectors_fit(dev, m * groups):
             return _matvec_by_chunks(mat, mode, xbuf, xv, bv, out_acc)
         bbuf = c.dummy_buffer(dev) if bv is None else _input_buffer(mat, bv, "bias")
-        y_tensor = Tensor.empty((m,), np.float32, dev) if isinstance(xv, Tensor) else None
-        ybuf = y_tensor.buffer if y_tensor is not None else mat.scratch_buffer("y", 4 * m)
+        y_tensor = Tensor.empty((count,), np.float32, dev) if isinstance(xv, Tensor) else None
+        ybuf = y_tensor.buffer if y_tensor is not None else mat.scratch_buffer("y", 4 * count)
         assert ybuf is not None
         made: dict[str, Buffer] = {}  # derived state, kept only once the steps have run
         try:
@@ -293,7 +334,7 @@ def _matvec(
             mat.rowsum = made["rowsum"]
         if y_tensor is not None:
             return y_tensor
-        out = np.empty(m, dtype=np.float32)
+        out = np.empty(count, dtype=np.float32)
         ybuf.read(out)
         return out
 
@@ -318,51 +359,76 @@ def _matvec_by_chunks(
     out_acc: bool,
 ) -> Any:
     """Rows too many for one binding of their per-row vectors (y, bias, scales, zero
-    points, row sums): every chunk of rows binds its own, taken from the buffer pool for
-    this call (row sums are recomputed here, so nothing is kept between calls)."""
+    points, row sums: G values a row with groups): every piece of rows binds its own
+    slices, taken from the buffer pool for this call (row sums are recomputed here, so
+    nothing is kept between calls). Pieces are the weight chunks, cut further where a
+    chunk's rows of G parameters exceed one binding (grouped kernel only)."""
     dev = mat.device
     dummy = c.dummy_buffer(dev)
     pool = buffer_pool(dev)
     bias = bv.numpy() if isinstance(bv, Tensor) else bv
+    is_qt = isinstance(mat, QuantizedTensor)
+    groups = mg.groups(mat) if is_qt else 1
+    per = groups if out_acc else 1
     taken: list[Buffer] = []
 
-    def take(nbytes: int) -> Buffer:
-        taken.append(pool.acquire(max(16, nbytes)))
+    def take(arr: np.ndarray | None, nbytes: int = 0) -> Buffer:
+        taken.append(pool.acquire(max(16, nbytes if arr is None else arr.nbytes)))
+        if arr is not None:
+            taken[-1].write(np.ascontiguousarray(arr))
         return taken[-1]
 
     try:
         steps: list[Dispatch] = []
         pipe, act, act_vec, blocks = _kernel(mat, mode, xbuf, steps)
+        params = _param_arrays(mat) if isinstance(mat, QuantizedTensor) else None
         ys = []
-        groups = [(dummy, dummy, 0)] * len(mat.chunks)
-        if isinstance(mat, QuantizedTensor):
-            groups = mat.group_buffers(take)
-        for ch, (scale, zero, _) in zip(mat.chunks, groups, strict=True):
-            rowsum = dummy
+        for ch, start, rows in _pieces(mat, groups):
+            row0 = ch.row0 + start
+            scale = zero = rowsum = bbuf = dummy
+            if params is not None:
+                scale, zero = (take(p[row0 : row0 + rows]) if p.ndim else take(p) for p in params)
             if isinstance(mat, QuantizedTensor) and mode == MODES["uint8"]:
-                rowsum = take(4 * ch.rows)
-                steps.append(_rowsum_step(mat, ch, scale, zero, rowsum, 0))
-            bbuf = dummy
+                rowsum = take(None, 4 * rows * groups)
+                steps.append(_rowsum_step(mat, ch, scale, zero, rowsum, 0, start, rows, 0))
             if bias is not None:
-                bbuf = take(4 * ch.rows)
-                bbuf.write(c.as_float32(bias[ch.row0 : ch.row0 + ch.rows]))
-            ys.append(take(4 * ch.rows))
-            per_channel = int(getattr(mat, "per_channel", False))
-            push = c.pack_u32(
-                blocks, mat.shape[1], ch.rows, 0, per_channel, int(bias is not None), int(out_acc)
-            )
-            buffers = (ch.buffer, scale, zero, rowsum, act, act_vec, bbuf, ys[-1])
-            steps.append(Dispatch(pipe, buffers, push, _grid(dev, ch.rows, _pipe_mode(mat, mode))))
+                bbuf = take(c.as_float32(bias[row0 : row0 + rows]))
+            ys.append((row0, rows, take(None, 4 * rows * per)))
+            if isinstance(mat, QuantizedTensor) and mg.grouped(mat):
+                words = mg.push_words(
+                    mat, workgroup_size(dev), rows, 0, 0, start, (int(bias is not None), out_acc)
+                )
+            else:
+                per_channel = int(getattr(mat, "per_channel", False))
+                words = (blocks, mat.shape[1], rows, 0, per_channel, int(bias is not None))
+                words += (int(out_acc),)
+            buffers = (ch.buffer, scale, zero, rowsum, act, act_vec, bbuf, ys[-1][2])
+            grid = _grid(dev, rows, _pipe_mode(mat, mode))
+            steps.append(Dispatch(pipe, buffers, c.pack_u32(*words), grid))
         dev.submitter.run(steps)
-        out = np.empty(mat.shape[0], dtype=np.float32)
-        for ch, ybuf in zip(mat.chunks, ys, strict=True):
-            ybuf.read(out[ch.row0 : ch.row0 + ch.rows])
+        out = np.empty(mat.shape[0] * per, dtype=np.float32)
+        for row0, rows, ybuf in ys:
+            ybuf.read(out[row0 * per : (row0 + rows) * per])
     finally:
         for buf in taken:
             pool.release(buf)
     if isinstance(xv, Tensor):
         return asarray(out, device=dev)
     return out
+
+
+def _pieces(mat: QuantizedTensor | F32Matrix, groups: int) -> list[tuple[Chunk, int, int]]:
+    """``(chunk, first row in it, rows)``: the chunks, cut (grouped kernel only, which can
+    start at any row of a chunk) so that rows x G 4-byte values fit one binding."""
+    if not (isinstance(mat, QuantizedTensor) and mg.grouped(mat)):
+        return [(ch, 0, ch.rows) for ch in mat.chunks]
+    step = max(1, _q.binding_limit(mat.device) // (4 * groups))
+    return [(ch, s, r) for ch in mat.chunks for s, r in row_slices(ch.rows, step)]
+
+
+def _param_arrays(qt: QuantizedTensor) -> tuple[np.ndarray, np.ndarray]:
+    """Scales (float32) and zero points (int32) as numpy, rows first; per tensor 0-d."""
+    return np.asarray(qt.scale, np.float32), np.asarray(qt.zero_point, np.int32)
 
 
 def _input_buffer(mat: QuantizedTensor | F32Matrix, v: np.ndarray | Tensor, name: str) -> Buffer:
@@ -396,7 +462,12 @@ def _steps(
     pipe, act, act_vec, blocks = _kernel(mat, mode, xbuf, steps)
     n = mat.shape[1]
     for ch in mat.chunks:
-        push = c.pack_u32(blocks, n, ch.rows, ch.row0, per_channel, int(has_bias), int(out_acc))
+        if isinstance(mat, QuantizedTensor) and mg.grouped(mat):
+            flags = (int(has_bias), int(out_acc))
+            words = mg.push_words(mat, workgroup_size(dev), ch.rows, ch.row0, ch.row0, 0, flags)
+            push = c.pack_u32(*words)
+        else:
+            push = c.pack_u32(blocks, n, ch.rows, ch.row0, per_channel, int(has_bias), int(out_acc))
         buffers = (ch.buffer, scale, zero, rowsum, act, act_vec, bbuf, ybuf)
         steps.append(Dispatch(pipe, buffers, push, _grid(dev, ch.rows, _pipe_mode(mat, mode))))
     return steps
@@ -425,8 +496,15 @@ def _kernel(
         act = _quantize_activations(mat, xbuf, mode, steps)
         act_vec = c.dummy_buffer(mat.device)
     texel = _texel(mat, mode, act)
-    pipe = _pipeline(mat.device, mode, mat.symmetric, not mat.symmetric, texel)
+    pipe = _pipeline(mat.device, mode, mat.symmetric, not mat.symmetric, texel, _layout(mat, mode))
     return pipe, act, act_vec, mat.row_bytes // BLOCK
+
+
+def _layout(qt: QuantizedTensor, mode: int) -> tuple[int, int, int]:
+    """(GROUPED, PACKED, DOT) of the kernel variant for ``qt`` in ``mode``."""
+    activations = next((a for a, v in MODES.items() if v == mode), "")
+    dot = mg.use_dot(qt.device, qt, activations)
+    return int(mg.grouped(qt)), int(getattr(qt, "packed", False)), int(dot)
 
 
 def _grid(dev: Device, rows: int, mode: int) -> tuple[int, int, int]:
@@ -451,6 +529,10 @@ def _texel(mat: QuantizedTensor | F32Matrix, mode: int, act: Buffer | None) -> b
     fmt = "rgba32f" if mode == MODE_F32 else "rgba32ui"
     if not all(viewable(ch.buffer, fmt) for ch in mat.chunks):
         return False
+    if isinstance(mat, QuantizedTensor) and mg.grouped(mat):  # parameters as texels too
+        scale, zero = _whole_groups(mat)
+        if not (c.texel_format(dev, scale, "r32f") and c.texel_format(dev, zero, "r32ui")):
+            return False
     if mode in (MODES["float"], MODE_F32):
         return act is not None and viewable(act, "rgba32f")
     if mode in (MODES["int8"], MODES["uint8"]):
@@ -458,7 +540,14 @@ def _texel(mat: QuantizedTensor | F32Matrix, mode: int, act: Buffer | None) -> b
     return True
 
 
-def _pipeline(dev: Device, mode: int, signed: bool, asym: bool, texel: bool) -> Any:
+def _pipeline(
+    dev: Device,
+    mode: int,
+    signed: bool,
+    asym: bool,
+    texel: bool,
+    layout: tuple[int, int, int] = (0, 0, 0),
+) -> Any:
     formats: dict[int, str] = {}
     if texel:
         formats[0] = "rgba32f" if mode == MODE_F32 else "rgba32ui"
@@ -466,46 +555,63 @@ def _pipeline(dev: Device, mode: int, signed: bool, asym: bool, texel: bool) -> 
             formats[5] = "rgba32f"
         elif mode in (MODES["int8"], MODES["uint8"]):
             formats[4] = "rgba32ui"
+    grouped, packed, dot = layout
+    if texel and grouped:
+        formats.update({1: "r32f", 2: "r32ui"})
     return dev.pipeline(
         "matvec.comp",
         defines={
-            **_defines(mode, signed, asym, texel),
+            **_defines(mode, signed, asym, texel, grouped, packed, dot),
             **variants.defines(dev.info, exact=_exact(mode), reduces=True),
         },
         spec={0: workgroup_size(dev), 1: rows_per_workgroup(dev, mode)},
         buffers=_BUFFERS,
-        push_size=28,
+        push_size=mg.PUSH_BYTES if grouped else 28,
         texel=formats or None,
     )
 
 
 def _rowsum(qt: QuantizedTensor, steps: list[Dispatch], made: dict[str, Buffer]) -> Buffer:
-    """V_i = sum_j (Q_ij - z_i), computed on the device once per weight tensor.
+    """V_ig = sum_{j in g} (Q_ij - z_ig) (G = 1: one per row), computed on the device once
+    per weight tensor.
 
     A new buffer goes into ``made`` with the dispatches that fill it appended to ``steps``;
     the caller keeps it as ``qt.rowsum`` only once those have run (an interrupted first
     call must not leave row sums that were never computed)."""
     if qt.rowsum is not None and qt.rowsum.alive:
         return qt.rowsum
-    rowsum = made["rowsum"] = Buffer(qt.device, 4 * qt.shape[0])
+    rowsum = made["rowsum"] = Buffer(qt.device, 4 * qt.shape[0] * mg.groups(qt))
     scale, zero = _whole_groups(qt)
     for ch in qt.chunks:
-        steps.append(_rowsum_step(qt, ch, scale, zero, rowsum, ch.row0))
+        steps.append(_rowsum_step(qt, ch, scale, zero, rowsum, ch.row0, 0, ch.rows, ch.row0))
     return rowsum
 
 
 def _rowsum_step(
-    qt: QuantizedTensor, ch: Chunk, scale: Buffer, zero: Buffer, out: Buffer, row0: int
+    qt: QuantizedTensor,
+    ch: Chunk,
+    scale: Buffer,
+    zero: Buffer,
+    out: Buffer,
+    row0: int,
+    start: int,
+    rows: int,
+    prow0: int,
 ) -> Dispatch:
-    """The dispatch that writes the row sums of chunk ``ch`` into ``out`` from ``row0``."""
+    """The dispatch that writes the row sums of ``rows`` rows of chunk ``ch`` from its row
+    ``start`` into ``out`` from row ``row0``, their parameters from row ``prow0`` of the
+    bound buffers (the per-channel kernel: start = 0, rows = the chunk, prow0 = row0)."""
     dev = qt.device
-    pipe = _pipeline(
-        dev, MODE_ROWSUM, qt.symmetric, not qt.symmetric, _texel(qt, MODE_ROWSUM, None)
-    )
-    push = c.pack_u32(qt.row_bytes // BLOCK, qt.shape[1], ch.rows, row0, int(qt.per_channel), 0, 0)
+    layout = (int(mg.grouped(qt)), int(getattr(qt, "packed", False)), 0)
+    texel = _texel(qt, MODE_ROWSUM, None)
+    pipe = _pipeline(dev, MODE_ROWSUM, qt.symmetric, not qt.symmetric, texel, layout)
+    if layout[0]:
+        words = mg.push_words(qt, workgroup_size(dev), rows, row0, prow0, start, (0, 0))
+    else:
+        words = (qt.row_bytes // BLOCK, qt.shape[1], rows, row0, int(qt.per_channel), 0, 0)
     dummy = c.dummy_buffer(dev)
     buffers = (ch.buffer, scale, zero, out, dummy, dummy, dummy, dummy)
-    return Dispatch(pipe, buffers, push, _grid(dev, ch.rows, MODE_ROWSUM))
+    return Dispatch(pipe, buffers, c.pack_u32(*words), _grid(dev, rows, MODE_ROWSUM))
 
 
 def _quantize_activations(
@@ -514,7 +620,7 @@ def _quantize_activations(
     """Append the dispatch that quantizes x on the device; returns its output buffer."""
     dev = qt.device
     n = qt.shape[1]
-    words = qt.row_bytes // 4
+    words = mg.stored_columns(qt) // 4  # packed rows span twice their bytes in columns
     out = qt.scratch_buffer("qx", 16 + 4 * words)
     activations = "int8" if mode == 1 else "uint8"
     pipe = dev.pipeline(
