@@ -4,6 +4,7 @@ import struct
 
 import pytest
 
+import vkcore
 from vkcore import cachefs, spirv
 
 
@@ -51,8 +52,9 @@ def test_compile_error_is_reported(tmp_path, monkeypatch):
     (tmp_path / "broken.comp").write_text("#version 450\nvoid main() { undefined_thing(); }\n")
     monkeypatch.setenv("VKCORE_SHADER_DIR", str(tmp_path))
     monkeypatch.setenv("VKCORE_SPIRV_CACHE", "0")
-    with pytest.raises(RuntimeError, match="glslangValidator failed"):
+    with pytest.raises(vkcore.ShaderCompileError, match="broken.comp") as info:
         spirv.get("broken.comp", {})
+    assert any("broken.comp:2:" in m and "undefined_thing" in m for m in info.value.messages)
 
 
 # ---------------------------------------------------------------------------- entries

@@ -308,7 +308,7 @@ class Submitter:
         self.live_descriptor_sets += len(sets)
         writes = []
         for dset, d in zip(sets, dispatches, strict=True):
-            for binding, buf in enumerate(d.buffers):
+            for binding, buf in zip(d.pipeline.binding_numbers, d.buffers, strict=True):
                 write = {
                     "sType": vkapi.structure_type("VkWriteDescriptorSet"),
                     "dstSet": dset,

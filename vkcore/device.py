@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from .memory import Buffer
     from .pipeline import Pipeline
     from .pipeline_cache import PipelineCache
+    from .spirv import Spirv
 
 log = logging.getLogger("vkcore")
 
@@ -343,13 +344,17 @@ class Device:
                     "type": vkapi.flag("VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER"),
                     "descriptorCount": _MAX_SETS * 4,
                 },
+                {  # users' programs (vkcore.Program) may declare uniform blocks
+                    "type": vkapi.flag("VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER"),
+                    "descriptorCount": _MAX_SETS * 2,
+                },
             ],
         )
         desc_info = keep.struct(
             "VkDescriptorPoolCreateInfo",
             flags=vkapi.flag("VK_DESCRIPTOR_POOL_CREATE_FREE_DESCRIPTOR_SET_BIT"),
             maxSets=_MAX_SETS,
-            poolSizeCount=2,
+            poolSizeCount=3,
             pPoolSizes=sizes,
         )
         out2 = ffi.new("VkDescriptorPool*")
@@ -480,6 +485,46 @@ class Device:
                     buffers,
                     push_size,
                     dict(texel or {}),
+                )
+                self._pipelines[key] = pipe
+            return pipe
+
+    def program_pipeline(
+        self,
+        code: Spirv,
+        name: str,
+        *,
+        bindings: tuple[tuple[int, int], ...],
+        push_size: int,
+        spec: Mapping[int, int | float],
+        texel: Mapping[int, str],
+    ) -> Pipeline:
+        """The pipeline of a user's program (:class:`vkcore.Program`): created once per
+        SPIR-V, specialization, layout and texel formats, through the pipeline cache."""
+        from .pipeline import Pipeline
+
+        key = (
+            "program",
+            code.key,
+            tuple(sorted(spec.items())),
+            bindings,
+            push_size,
+            tuple(sorted(texel.items())),
+        )
+        with self.lock:
+            self.check()
+            pipe = self._pipelines.get(key)
+            if pipe is None:
+                pipe = Pipeline(
+                    self,
+                    name,
+                    {},
+                    dict(spec),
+                    len(bindings),
+                    push_size,
+                    dict(texel),
+                    code=code,
+                    bindings=bindings,
                 )
                 self._pipelines[key] = pipe
             return pipe

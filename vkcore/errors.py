@@ -26,6 +26,19 @@ class VulkanError(RuntimeError):
         super().__init__(text)
 
 
+class ShaderCompileError(RuntimeError):
+    """GLSL that the compiler rejected. ``messages`` are its error lines, each
+    ``file:line: text`` (the user's file names, also for included files); ``log`` is the
+    compiler's whole output and ``source`` names what was compiled."""
+
+    def __init__(self, source: str, messages: list[str], log: str) -> None:
+        self.source = source
+        self.messages = list(messages)
+        self.log = log
+        detail = "\n".join(self.messages) or log.strip()
+        super().__init__(f"GLSL compilation of {source} failed:\n{detail}")
+
+
 class ValidationError(VulkanError):
     """The Khronos validation layer reported one or more errors."""
 

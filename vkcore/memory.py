@@ -76,7 +76,9 @@ def _check_allocation(device: Device, nbytes: int, name: str) -> None:
 
 
 # Every buffer can be bound as a storage buffer and read through a uniform texel buffer.
-_USAGE = 0x20 | 0x4  # VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | UNIFORM_TEXEL_BUFFER_BIT
+# VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | UNIFORM_TEXEL_BUFFER_BIT | UNIFORM_BUFFER_BIT: any
+# buffer can be bound to a kernel's storage, texel or (vkcore.Program) uniform bindings.
+_USAGE = 0x20 | 0x4 | 0x10
 
 
 class MappedBytes:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import spirv, vkapi
@@ -53,6 +54,9 @@ class Pipeline:
         buffers: int,
         push_size: int,
         texel: dict[int, str] | None = None,
+        *,
+        code: spirv.Spirv | None = None,
+        bindings: Sequence[tuple[int, int]] | None = None,
     ) -> None:
         self.device = device
         self.name = shader + "".join(f" {k}={v}" for k, v in sorted(defines.items()))
@@ -60,6 +64,13 @@ class Pipeline:
         self.texel = dict(texel or {})
         self.push_size = push_size
         self.spec = dict(spec)
+        # (binding number, VkDescriptorType) in the order buffers are passed; vkcore's own
+        # shaders bind 0..buffers-1, storage buffers unless ``texel`` names the binding.
+        if bindings is None:
+            bindings = [(i, self._default_type(i)) for i in range(buffers)]
+        self.bindings = tuple(bindings)
+        self.binding_numbers = tuple(b for b, _ in self.bindings)
+        self._types = dict(self.bindings)
         # The driver writes each handle straight into these: whatever is interrupted
         # after a creation call returns, destroy() still finds what it made.
         ffi = device.ffi
@@ -67,7 +78,7 @@ class Pipeline:
         self._set_layout = ffi.new("VkDescriptorSetLayout*")
         self._layout = ffi.new("VkPipelineLayout*")
         self._handle = ffi.new("VkPipeline*")
-        self.spirv = spirv.get(shader, defines)
+        self.spirv = code if code is not None else spirv.get(shader, defines)
         try:
             self._create_module()
             self._create_layouts()
@@ -81,9 +92,12 @@ class Pipeline:
     layout = _Handle()
     handle = _Handle()
 
-    def descriptor_type(self, binding: int) -> int:
-        """VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER for texel bindings, else STORAGE_BUFFER."""
+    def _default_type(self, binding: int) -> int:
         return _UNIFORM_TEXEL_BUFFER if binding in self.texel else _STORAGE_BUFFER
+
+    def descriptor_type(self, binding: int) -> int:
+        """The VkDescriptorType of binding number ``binding``."""
+        return self._types[binding]
 
     def _create_module(self) -> None:
         dev = self.device
@@ -111,16 +125,16 @@ class Pipeline:
             "VkDescriptorSetLayoutBinding",
             [
                 {
-                    "binding": i,
-                    "descriptorType": self.descriptor_type(i),
+                    "binding": number,
+                    "descriptorType": kind,
                     "descriptorCount": 1,
                     "stageFlags": compute,
                 }
-                for i in range(self.buffers)
+                for number, kind in self.bindings
             ],
         )
         set_info = keep.struct(
-            "VkDescriptorSetLayoutCreateInfo", bindingCount=self.buffers, pBindings=bindings
+            "VkDescriptorSetLayoutCreateInfo", bindingCount=len(self.bindings), pBindings=bindings
         )
         vkapi.check(
             lib.vkCreateDescriptorSetLayout(dev.handle, set_info, ffi.NULL, self._set_layout),

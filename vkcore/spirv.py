@@ -41,12 +41,13 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 from . import cachefs, config
+from .errors import ShaderCompileError
 
 log = logging.getLogger("vkcore")
 
@@ -182,29 +183,47 @@ def _shipped(skey: str) -> bytes | None:
         return None
 
 
-def cache_key(skey: str) -> str:
-    """The cache entry's key: the source key plus the compiler version and entry format."""
-    version = compiler_version()
+def cache_key(skey: str, version: str | None = None) -> str:
+    """The cache entry's key: the source key plus the compiler version (this machine's
+    unless given) and entry format."""
+    version = compiler_version() if version is None else version
     return hashlib.sha256(f"{skey}|{version}|entry{ENTRY_FORMAT}".encode()).hexdigest()[:32]
 
 
+# Users' GLSL (compile_source) is also stored under this compiler "version": a process
+# without glslangValidator (an installed application) finds what another one compiled.
+ANY_COMPILER = "any-compiler"
+
+
 def _cached_or_compiled(name: str, defines: dict[str, int | str], skey: str) -> Spirv:
-    key = cache_key(skey)
+    return _from_cache_or(skey, lambda: compile_glsl(name, defines))
+
+
+def _from_cache_or(skey: str, compile_now: Callable[[], bytes], *, portable: bool = False) -> Spirv:
+    """The cached entry for source key ``skey``, else ``compile_now()`` stored there.
+
+    ``portable``: without a compiler on this machine, look the entry up under
+    ANY_COMPILER, and store each compiled entry under that key too."""
+    keys = [cache_key(skey)]
+    if portable:
+        any_key = cache_key(skey, ANY_COMPILER)
+        keys = [any_key] if not compiler_version() else [keys[0], any_key]
     folder = _cache_dir()
-    path = folder / f"{key}.spv" if folder is not None else None
     warned = False
-    if path is not None:
+    if folder is not None:
+        path = folder / f"{keys[0]}.spv"
         try:
-            return Spirv(read_entry(path, key), "cache", 0.0, key)
+            return Spirv(read_entry(path, keys[0]), "cache", 0.0, keys[0])
         except FileNotFoundError:
             pass
         except cachefs.EntryError as exc:
             cachefs.report(exc, "SPIR-V cache entry %s ignored, recompiling: %s", path, exc)
             warned = True
-    code = compile_glsl(name, defines)
-    if path is not None:
-        _store(path, encode_entry(key, code), quiet=warned)
-    return Spirv(code, "compiled", 0.0, key)
+    code = compile_now()
+    if folder is not None:
+        for key in keys:
+            _store(folder / f"{key}.spv", encode_entry(key, code), quiet=warned)
+    return Spirv(code, "compiled", 0.0, keys[0])
 
 
 def encode_entry(key: str, code: bytes) -> bytes:
@@ -275,23 +294,30 @@ def check_spirv(code: bytes) -> None:
 
 
 def compile_glsl(name: str, defines: dict[str, int | str]) -> bytes:
-    """Run glslangValidator (and spirv-val when installed) on one variant."""
+    """Run glslangValidator (and spirv-val when installed) on one of vkcore's variants."""
+    root = shader_dir(name)
+    return _compile(root / name, [root], defines, f"{name} {defines}")
+
+
+def _compile(source: Path, include_dirs: Sequence[Path], defines: Defines, what: str) -> bytes:
+    """glslangValidator on the file ``source`` (a compute shader whatever its name), then
+    spirv-val; a GLSL error is a :class:`ShaderCompileError` with the compiler's lines."""
     exe = shutil.which("glslangValidator")
     if exe is None:
         raise RuntimeError(
-            f"SPIR-V for shader {name} {defines} is neither shipped nor cached, and "
+            f"SPIR-V for shader {what} is neither shipped nor cached, and "
             "glslangValidator is not installed (Debian: glslang-tools)"
         )
-    root = shader_dir(name)
     with tempfile.TemporaryDirectory(prefix="vkcore-glsl-") as tmp:
         out = Path(tmp) / "out.spv"
-        cmd = [exe, "-V", "--target-env", TARGET_ENV, *_define_args(defines), "-I" + str(root)]
-        cmd += ["-o", str(out), str(root / name)]
+        cmd = [exe, "-V", "-S", "comp", "--target-env", TARGET_ENV, *_define_args(defines)]
+        cmd += [f"-I{d}" for d in include_dirs] + ["-o", str(out), str(source)]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            raise RuntimeError(
-                f"glslangValidator failed on {name} {defines}:\n{proc.stdout}{proc.stderr}"
-            )
+            log_text = proc.stdout + proc.stderr
+            errors = [line[len("ERROR: ") :].strip() for line in log_text.splitlines()]
+            errors = [e for e in errors if e and not e[0].isdigit() and ":" in e]
+            raise ShaderCompileError(what, errors, log_text)
         code = out.read_bytes()
         val = shutil.which("spirv-val")
         if val is not None:
@@ -299,10 +325,70 @@ def compile_glsl(name: str, defines: dict[str, int | str]) -> bytes:
                 [val, "--target-env", TARGET_ENV, str(out)], capture_output=True, text=True
             )
             if proc.returncode != 0:
-                raise RuntimeError(
-                    f"spirv-val rejected {name} {defines}:\n{proc.stdout}{proc.stderr}"
-                )
+                raise RuntimeError(f"spirv-val rejected {what}:\n{proc.stdout}{proc.stderr}")
     return code
+
+
+# --------------------------------------------------------------------------- users' GLSL
+def _find_include(name: str, include_dirs: Sequence[Path]) -> Path:
+    for folder in include_dirs:
+        if (folder / name).is_file():
+            return folder / name
+    raise FileNotFoundError(f'#include "{name}" not found in {[str(d) for d in include_dirs]}')
+
+
+def _user_text(text: str, include_dirs: Sequence[Path], seen: set[Path]) -> str:
+    """``text`` followed by every file it includes (as glslang resolves them), recursively."""
+    parts = [text]
+    for inc in _INCLUDE.findall(text):
+        path = _find_include(inc, include_dirs).resolve()
+        if path not in seen:
+            seen.add(path)
+            parts += [f"--- {inc}\n", _user_text(path.read_text(), include_dirs, seen)]
+    return "".join(parts)
+
+
+def compile_source(
+    text: str,
+    *,
+    name: str = "<string>",
+    include_dirs: Sequence[str | Path] = (),
+    defines: Mapping[str, int | str] | None = None,
+) -> Spirv:
+    """SPIR-V for a user's compute shader ``text``, through the same content-addressed
+    cache as vkcore's own shaders: the key hashes the text, every file it includes, the
+    defines and the target (and the compiler version), so a second process with the same
+    sources never runs the compiler. ``name`` is how messages name the text (a file's
+    path); includes are looked up in ``include_dirs`` in order."""
+    start = time.perf_counter()
+    dirs = [Path(d) for d in include_dirs]
+    defs = dict(defines or {})
+    h = hashlib.sha256(b"user-glsl\0")
+    h.update(_user_text(text, dirs, set()).encode())
+    h.update(repr(_define_args(defs)).encode())
+    h.update(TARGET_ENV.encode())
+    skey = h.hexdigest()[:32]
+    with _memo_lock:
+        hit = _memo.get(skey)
+    if hit is not None:
+        return Spirv(hit.code, "memory", time.perf_counter() - start, hit.key)
+
+    def compile_text() -> bytes:
+        with tempfile.TemporaryDirectory(prefix="vkcore-src-") as tmp:
+            shown = Path(name).name if name != "<string>" else "source.comp"
+            src = Path(tmp) / shown
+            src.write_text(text)
+            try:
+                return _compile(src, dirs, defs, name)
+            except ShaderCompileError as exc:  # the user's name, not the temporary one
+                fix = [m.replace(str(src), name) for m in exc.messages]
+                raise ShaderCompileError(name, fix, exc.log.replace(str(src), name)) from None
+
+    result = _from_cache_or(skey, compile_text, portable=True)
+    result = Spirv(result.code, result.origin, time.perf_counter() - start, result.key)
+    with _memo_lock:
+        _memo[skey] = result
+    return result
 
 
 _unwritable: set[str] = set()
