@@ -139,7 +139,9 @@ def tour_quant_groups(device: vkcore.Device, rng: np.random.Generator) -> list[s
     per-column parameters (GROUPED) and two codes per byte (PACKED) with vec4 and scalar
     loads and stores (n = 100 and 99), and the device-scale kernel's packed output."""
     done = []
+    # groups of 32: whole blocks (GROUPED=2); of 7 and 24: parameters per column (GROUPED=1)
     cases = [(4, True, None), (4, False, None), (4, True, 32), (3, False, 7), (8, False, 32)]
+    cases += [(6, True, 24)]
     for n in (100, 99):
         w = (rng.standard_normal((9, n)) * 0.1).astype(np.float32)
         for bits, symmetric, group_size in cases:
