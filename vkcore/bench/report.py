@@ -73,7 +73,11 @@ def write_plot(result: dict[str, Any], path: str) -> None:
     import matplotlib.pyplot as plt
 
     comps = result["comparisons"]
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(12, 10))
+    curve = [c for c in comps if c["group"] == "batched_per_column" and c["ratio"]]
+    fig, axes = plt.subplots(3 if curve else 2, 1, figsize=(12, 15 if curve else 10))
+    ax1, ax2 = axes[0], axes[1]
+    if curve:
+        _per_column_curve(axes[2], curve)
     labels = [f"{c['group']}\n{'x'.join(map(str, c['shape']))}" for c in comps]
     values = [c["ratio"] or 0.0 for c in comps]
     colors = ["tab:orange" if c["overhead"] else "tab:blue" for c in comps]
@@ -104,6 +108,18 @@ def write_plot(result: dict[str, Any], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def _per_column_curve(ax: Any, rows: list[dict[str, Any]]) -> None:
+    """Batched matvec: device time per column against b, next to one vector call."""
+    b = [c["shape"][-1] for c in rows]
+    ax.plot(b, [c["candidate_median_s"] * 1e3 for c in rows], "o-", label="per column of a batch")
+    ax.plot(b, [c["baseline_median_s"] * 1e3 for c in rows], "--", label="one vector call")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("columns b")
+    ax.set_ylabel("ms (device time)")
+    ax.set_title("INT8 matvec 4096x4096: time per column of X (n, b)")
+    ax.legend()
 
 
 def to_json(result: dict[str, Any]) -> str:

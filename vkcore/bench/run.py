@@ -16,6 +16,7 @@ import numpy as np
 import vkcore
 
 from ..device import Device
+from . import format_cases
 from .baselines import copy_bandwidth, kernel_copy_bandwidth
 from .harness import Comparison, Progress
 from .quant_cases import matvec_comparisons, quantize_comparison
@@ -78,6 +79,23 @@ def has_quant_kernels() -> bool:
     return all(hasattr(vkcore, name) for name in ("quantize", "matvec", "matvec_f32", "F32Matrix"))
 
 
+def _format_steps(
+    dev: Device, reps: int, rng: Any, quick: bool
+) -> list[tuple[str, Callable[[], Iterator[Comparison]]]]:
+    """The weight-format comparisons (vkcore.bench.format_cases)."""
+    curve = (1, 8, 64) if quick else format_cases.BATCH_CURVE
+    return [
+        ("4-bit g128 vs fp32", lambda: format_cases.four_bit_vs_fp32(dev, reps, rng)),
+        ("int8 g128 vs per channel", lambda: format_cases.group_vs_channel(dev, reps, rng)),
+        ("batched int8 vs BLAS", lambda: format_cases.batched_vs_blas(dev, reps, rng)),
+        (
+            "batched per column",
+            lambda: format_cases.batched_per_column(dev, reps, rng, curve),
+        ),
+        ("dot vs bitfield", lambda: format_cases.dot_vs_bitfield(dev, reps, rng)),
+    ]
+
+
 def run_bench(
     dev: Device,
     *,
@@ -108,6 +126,7 @@ def run_bench(
         steps.append(
             ("quantize 4096x4096", lambda: quantize_comparison(dev, (4096, 4096), reps, rng))
         )
+        steps += _format_steps(dev, reps, rng, quick)
     bar = Progress(len(steps) + 1, enabled=progress)
     copies = copy_bandwidth(reps)
     kernel_copies = kernel_copy_bandwidth(dev, reps)
