@@ -94,6 +94,13 @@ def test_demo_json_carries_the_checked_figures():
         assert data["softmax_random"][alg]["max_abs_err"] <= 1e-6
     assert data["quant_seed"]["zero_point"] == 64 and data["quant_seed"]["q"] == 147
     assert data["matvec"]["int8"]["vs_reference"] == "bit for bit"
+    groups = data["quant_groups"]
+    assert set(groups) == {"8-bit_per_channel", "8-bit_group_128", "4-bit_group_32"}
+    assert all(g["equals_reference"] and g["bounds_hold"] for g in groups.values())
+    # Groups keep the loud columns' scale out of the rest of each row.
+    channel, grouped = groups["8-bit_per_channel"], groups["8-bit_group_128"]
+    assert grouped["rms_err_quiet_columns"] < channel["rms_err_quiet_columns"] / 10
+    assert groups["4-bit_group_32"]["device_bytes"] < channel["device_bytes"]
     assert set(data["coldwarm"]["pooled"]) == {"cold", "vkcore", "driver", "all"}
 
 
