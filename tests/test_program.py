@@ -303,7 +303,9 @@ def test_spirv_cache_entries_of_user_sources(tmp_path, monkeypatch):
     assert spirv.compile_source(text).origin == "cache"
     entries = list((tmp_path / "spirv").glob("*.spv"))
     assert len(entries) == 2  # this compiler's key and the any-compiler one
-    assert spirv.compile_source(text, defines={"UNUSED_FLAG": 1}).key != spirv.compile_source(text).key
+    assert (
+        spirv.compile_source(text, defines={"UNUSED_FLAG": 1}).key != spirv.compile_source(text).key
+    )
 
 
 def test_reflect_refuses_what_it_cannot_read():
