@@ -18,6 +18,7 @@ EXAMPLES = sorted((REPO / "examples").glob("*.py"))
 # What each example must print beyond exiting 0 (examples not listed: exit status only).
 EXPECTED_OUTPUT = {
     "softmax_basics.py": ["0.09003057", "all checks passed"],
+    "gaussian_blur.py": ["max |vkcore - numpy|", "(ok)", "cold/warm measured in every condition"],
     "lm_head_sampling.py": [
         "probability error",
         "greedy token agrees",

@@ -43,16 +43,19 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 import vkcore
 
 from . import spirv
+
+if TYPE_CHECKING:
+    from .coldwarm_shader import ShaderCase
 
 SCHEMA = "vkcore-coldwarm/1"
 STAGES = (
@@ -240,7 +243,11 @@ def check_names(names: Iterable[str], known: Iterable[str], argument: str) -> li
 
 
 # ---------------------------------------------------------------------------- the child
-def probe(kernel_names: Sequence[str], started: float) -> dict[str, Any]:
+def probe(
+    kernel_names: Sequence[str],
+    started: float,
+    cases: Mapping[str, KernelCase] | None = None,
+) -> dict[str, Any]:
     """Run each kernel twice on a new device and time every stage (the child's work).
 
     ``started`` is ``time.perf_counter()`` taken before ``import vkcore``. Returns a
@@ -262,7 +269,7 @@ def probe(kernel_names: Sequence[str], started: float) -> dict[str, Any]:
     results = {}
     try:
         for index, name in enumerate(kernel_names):
-            run_once = KERNELS[name](dev)
+            run_once = {**KERNELS, **(cases or {})}[name](dev)
             known = len(dev.pipeline_stats())
             submissions.clear()
             t_call = time.perf_counter()
@@ -340,8 +347,14 @@ def _device_sum(submissions: list[tuple[float, float | None]]) -> float | None:
 
 
 def probe_main(started: float, argv: Sequence[str]) -> None:
-    """Entry point of a probe process: kernels on the command line, JSON on stdout."""
-    print(json.dumps(probe(check_names(argv, KERNELS, "kernels"), started)))
+    """Entry point of a probe process: kernels on the command line (a user's shader as
+    its ``--shader-case=`` argument), JSON on stdout."""
+    from .coldwarm_shader import ARG_PREFIX, ShaderCase
+
+    shaders = [ShaderCase.from_arg(a) for a in argv if a.startswith(ARG_PREFIX)]
+    cases: dict[str, KernelCase] = {c.name: c.prepare for c in shaders}
+    names = [a for a in argv if not a.startswith(ARG_PREFIX)]
+    print(json.dumps(probe(check_names(names, {**KERNELS, **cases}, "kernels"), started, cases)))
 
 
 # The probe's command line: the clock starts before vkcore (and numpy) are imported.
@@ -364,6 +377,7 @@ def measure(
     selector: str | None = None,
     progress: Progress | None = None,
     tmp_parent: str | None = None,
+    shader: ShaderCase | None = None,
 ) -> dict[str, Any]:
     """Measure every kernel under every condition, ``repeats`` fresh processes each.
 
@@ -376,9 +390,17 @@ def measure(
     warm/cold ratios and the findings in words. All temporary folders live under one
     ``vkcore-coldwarm-*`` folder in ``tmp_parent`` (default: the system temp folder),
     removed before this returns, also on failure. Samples run one at a time so that
-    they do not compete for the CPU.
+    they do not compete for the CPU. ``shader`` adds a user's compute shader
+    (:mod:`vkcore.coldwarm_shader`); with it, ``kernels=None`` measures only that shader.
     """
-    kernels = check_names(KERNELS if kernels is None else kernels, KERNELS, "kernels")
+    known = dict(KERNELS)
+    probe_args: list[str] = []
+    if shader is not None:
+        shader.check()
+        known[shader.name] = shader.prepare
+        probe_args.append(shader.to_arg())
+        kernels = [*(kernels or []), shader.name]
+    kernels = check_names(KERNELS if kernels is None else kernels, known, "kernels")
     conditions = check_names(
         CONDITIONS if conditions is None else conditions, CONDITIONS, "conditions"
     )
@@ -390,7 +412,7 @@ def measure(
         or max_seconds <= 0
     ):
         raise ValueError(f"max_seconds must be a positive number or None, got {max_seconds!r}")
-    run = _Run(kernels, conditions, repeats, selector, progress)
+    run = _Run(kernels, conditions, repeats, selector, progress, probe_args)
     started = _clock()
     load_before = _load_average()
     root = Path(tempfile.mkdtemp(prefix="vkcore-coldwarm-", dir=tmp_parent))
@@ -449,6 +471,7 @@ class _Run:
     repeats: int
     selector: str | None
     progress: Progress | None
+    probe_args: list[str] = field(default_factory=list)  # e.g. a user's shader case
 
     def __post_init__(self) -> None:
         self.samples: list[dict[str, Any]] = []
@@ -476,7 +499,7 @@ class _Run:
             _run_probe(
                 CONDITIONS[name],
                 _folders(root / name),
-                self.kernels,
+                [*self.kernels, *self.probe_args],
                 self.selector,
                 self.shader_copy,
             )
@@ -499,7 +522,13 @@ class _Run:
                     folder = root / name if name != "cold" else root / f"cold-{self.done}"
                     self.samples.append(
                         _sample(
-                            CONDITIONS[name], folder, kernel, rep, self.selector, self.shader_copy
+                            CONDITIONS[name],
+                            folder,
+                            kernel,
+                            rep,
+                            self.selector,
+                            self.shader_copy,
+                            self.probe_args,
                         )
                     )
                     if name == "cold":
@@ -549,7 +578,8 @@ def _run_probe(
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(
-            f"probe process for {', '.join(kernels)} ({condition.name}) failed: {tail}"
+            f"probe process for {', '.join(k for k in kernels if not k.startswith('--'))} "
+            f"({condition.name}) failed: {tail}"
         )
     return json.loads(lines[-1]), wall
 
@@ -561,8 +591,10 @@ def _sample(
     rep: int,
     selector: str | None,
     shader_dir: str | None = None,
+    probe_args: Sequence[str] = (),
 ) -> dict[str, Any]:
-    data, wall = _run_probe(condition, _folders(folder), [kernel], selector, shader_dir)
+    args = [kernel, *probe_args]
+    data, wall = _run_probe(condition, _folders(folder), args, selector, shader_dir)
     result = data["kernels"][kernel]
     return {
         "condition": condition.name,

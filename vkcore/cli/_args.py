@@ -11,6 +11,7 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def _int(text: str) -> int:
@@ -103,4 +104,33 @@ def output_file(*suffixes: str, requires: str | None = None) -> Callable[[str], 
         return str(path)
 
     parse.__name__ = "file"
+    return parse
+
+
+def int_or_text(text: str) -> int | str:
+    """A #define value: an integer where it is one, else the text as given."""
+    try:
+        return int(text, 10)
+    except ValueError:
+        return text
+
+
+def number(text: str) -> int | float:
+    """A push-constant value: an integer literal stays an int, else a finite float."""
+    try:
+        return int(text, 10)
+    except ValueError:
+        return finite_float(text)
+
+
+def assignment(value: Callable[[str], Any]) -> Callable[[str], tuple[str, Any]]:
+    """``NAME=VALUE`` with NAME an identifier and VALUE parsed by ``value``."""
+
+    def parse(text: str) -> tuple[str, Any]:
+        name, sep, raw = text.partition("=")
+        if not sep or not name.isidentifier():
+            raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+        return name, value(raw)
+
+    parse.__name__ = "NAME=VALUE"
     return parse

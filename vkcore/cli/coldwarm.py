@@ -8,7 +8,16 @@ import sys
 from typing import TextIO
 
 from .. import coldwarm
-from ._args import nonnegative_float, output_file, positive_int
+from ..coldwarm_shader import DEFAULT_ELEMENTS, ShaderCase
+from ._args import (
+    assignment,
+    input_file,
+    int_or_text,
+    nonnegative_float,
+    number,
+    output_file,
+    positive_int,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,8 +32,45 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--kernels",
-        default=",".join(coldwarm.KERNELS),
-        help=f"comma-separated kernels (default: all: {','.join(coldwarm.KERNELS)})",
+        default=None,
+        help=f"comma-separated kernels (default: all: {','.join(coldwarm.KERNELS)}; "
+        "none with --shader)",
+    )
+    p.add_argument(
+        "--shader",
+        metavar="PATH",
+        type=input_file,
+        default=None,
+        help="also measure your own GLSL compute shader (a vkcore.Program from this file)",
+    )
+    p.add_argument(
+        "--define",
+        metavar="NAME=VALUE",
+        action="append",
+        type=assignment(int_or_text),
+        default=[],
+        help="a #define for --shader (repeatable)",
+    )
+    p.add_argument(
+        "--include",
+        metavar="DIR",
+        action="append",
+        default=[],
+        help="an include folder for --shader (repeatable; its own folder is searched first)",
+    )
+    p.add_argument(
+        "--push",
+        metavar="NAME=VALUE",
+        action="append",
+        type=assignment(number),
+        default=[],
+        help="a push constant for --shader's dispatch (repeatable; others are 0)",
+    )
+    p.add_argument(
+        "--elements",
+        type=positive_int,
+        default=DEFAULT_ELEMENTS,
+        help=f"elements of each runtime array of --shader's buffers (default {DEFAULT_ELEMENTS})",
     )
     p.add_argument(
         "--conditions",
@@ -65,7 +111,21 @@ def run(args: argparse.Namespace) -> int:
         for cond in coldwarm.CONDITIONS.values():
             print(f"condition:  {cond.name:<8} {cond.description}")
         return 0
-    kernels = coldwarm.check_names(_split(args.kernels), coldwarm.KERNELS, "--kernels")
+    shader = None
+    if args.shader is not None:
+        shader = ShaderCase(
+            args.shader,
+            defines=dict(args.define),
+            include_dirs=tuple(args.include),
+            elements=args.elements,
+            push=dict(args.push),
+        )
+    elif args.define or args.push or args.include:
+        raise ValueError("--define, --include and --push apply to --shader")
+    if args.kernels is None:
+        kernels = [] if shader is not None else list(coldwarm.KERNELS)
+    else:
+        kernels = coldwarm.check_names(_split(args.kernels), coldwarm.KERNELS, "--kernels")
     conditions = coldwarm.check_names(_split(args.conditions), coldwarm.CONDITIONS, "--conditions")
     progress = ProgressBar(sys.stderr) if sys.stderr.isatty() else None
     report = coldwarm.measure(
@@ -75,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
         max_seconds=args.max_seconds or None,
         selector=args.device,
         progress=progress,
+        shader=shader,
     )
     # The report first: a plot that fails afterwards cannot lose it.
     print(json.dumps(report, indent=2) if args.json else coldwarm.format_report(report))
