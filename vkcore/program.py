@@ -90,6 +90,9 @@ class Program:
         self._check_workgroup()
         self.pipeline = self._pipeline()
         self._push_struct = _scalar_block(self.push, self.interface.push_size)
+        self._push_names = frozenset(m.name for m in self.push)
+        self._max_groups_x = int(self.device.info.max_compute_work_group_count[0])
+        self.max_binding = int(self.device.info.max_storage_buffer_range)
 
     @property
     def last_device_seconds(self) -> float | None:
@@ -221,6 +224,8 @@ class Program:
                     a.give_back(pool)
 
     def _grid(self, groups: int | Sequence[int]) -> tuple[int, int, int]:
+        if type(groups) is int and 1 <= groups <= self._max_groups_x:  # the common case
+            return groups, 1, 1
         dims = _ints(groups, "groups")
         if not 1 <= len(dims) <= 3 or any(
             isinstance(g, bool) or not isinstance(g, (int, np.integer)) for g in dims
@@ -244,6 +249,10 @@ class Program:
                 got = len(push) if isinstance(push, (bytes, bytearray)) else type(push).__name__
                 raise ValueError(f"push must be {size} bytes (the push-constant block), got {got}")
             return bytes(push)
+        if self._push_struct is not None and values.keys() == self._push_names:
+            fast = self._pack_scalars(values)
+            if fast is not None:
+                return fast
         members = {m.name: m for m in self.push}
         unknown = sorted(set(values) - set(members))
         if unknown:
@@ -260,6 +269,18 @@ class Program:
         for m in self.push:
             block[m.offset : m.offset + m.size] = _pack_member(m, values[m.name])
         return bytes(block)
+
+    def _pack_scalars(self, values: Mapping[str, Any]) -> bytes | None:
+        """The block packed in one call, or None where a value needs the checked path
+        (a bool, a wrong type, an int out of range: that path names the problem)."""
+        items = [values[m.name] for m in self.push]
+        if any(type(v) is bool for v in items):
+            return None
+        assert self._push_struct is not None
+        try:
+            return self._push_struct.pack(*items)
+        except (struct.error, OverflowError, TypeError):
+            return None
 
     def __repr__(self) -> str:
         shape = f"bindings={len(self.bindings)}, workgroup={self.workgroup}"
@@ -286,6 +307,9 @@ class _Argument:
 
     @classmethod
     def of(cls, prog: Program, b: reflect.Binding, x: Any, index: int) -> _Argument:
+        plain = type(x) is np.ndarray and x.flags.c_contiguous and x.dtype != object
+        if plain and _size_fits(prog, b, x.nbytes) and (x.flags.writeable or not b.writable):
+            return cls(b, None, x, b.writable)  # the common case: nothing to say
         what = f"buffer {index} (binding {b.binding}{' ' + b.name if b.name else ''})"
         if isinstance(x, Tensor):
             if x.device is not prog.device:
@@ -333,6 +357,16 @@ class _Argument:
         if self.staged is not None:
             pool.release(self.staged)
             self.staged = None
+
+
+def _size_fits(prog: Program, b: reflect.Binding, nbytes: int) -> bool:
+    """Whether _check_size would accept ``nbytes`` (without building its messages)."""
+    if nbytes == 0 or b.binding in prog.texel:
+        return False  # the checked path decides (texel sizes, the empty-buffer error)
+    if nbytes < b.fixed_bytes or (b.stride and (nbytes - b.fixed_bytes) % b.stride):
+        return False
+    limit = UNIFORM_BLOCK_LIMIT if b.kind == reflect.UNIFORM_BUFFER else prog.max_binding
+    return nbytes <= limit
 
 
 def _check_size(prog: Program, b: reflect.Binding, nbytes: int, what: str) -> None:
