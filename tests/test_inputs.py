@@ -302,7 +302,10 @@ def test_quantize_refuses_bad_weights_clearly(device, w, error, pattern):
     [
         (np.float32(1.0), "shape"),
         (np.ones(36, np.float32), "shape"),
-        (np.ones((37, 1), np.float32), "shape"),
+        (np.ones((37, 1, 1), np.float32), "shape"),
+        (np.ones((36, 2), np.float32), "shape"),  # a batch (n, b) with the wrong n
+        (np.ones((1, 37), np.float32), "shape"),  # a row vector is not a batch of columns
+        (np.ones((37, 0), np.float32), "at least one column"),
         (np.empty(0, np.float32), "shape"),
     ],
 )
