@@ -60,7 +60,8 @@ def requests_rte(code: bytes) -> bool:
 
 
 def promised_exact(name: str, defines: dict) -> bool:
-    return name in EXACT or (name == "matvec.comp" and defines["MODE"] in (1, 2))
+    integer_modes = name in ("matvec.comp", "matvec_batch.comp") and defines["MODE"] in (1, 2)
+    return name in EXACT or integer_modes
 
 
 def test_rte_variants_request_the_mode_and_the_others_do_not():
