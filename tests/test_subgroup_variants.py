@@ -23,7 +23,7 @@ from vkcore.kernels import softmax as sm
 
 OP_CAPABILITY = 17
 CAP_GROUP_NON_UNIFORM, CAP_GROUP_NON_UNIFORM_ARITHMETIC = 61, 63
-REDUCING = {"matvec.comp", "quantize_rows.comp", "quantize_act.comp"}
+REDUCING = {"matvec.comp", "matvec_batch.comp", "quantize_rows.comp", "quantize_act.comp"}
 REDUCING_SOFTMAX_STAGES = {"softmax_online.comp": {0, 1}, "softmax_safe.comp": {0, 1, 2}}
 
 
@@ -32,6 +32,10 @@ def capabilities(code: bytes) -> set[int]:
 
 
 def reduces(name: str, defines: dict) -> bool:
+    if name == "matvec.comp" and defines.get("GROUPED") and defines["MODE"] != 0:
+        return False  # grouped integer modes and row sums exchange sums in shared memory
+    if name == "quantize_act.comp" and defines["ACT"] == 0:
+        return False  # the batched kernel's float columns: a copy, no reduction
     return name in REDUCING or defines.get("STAGE") in REDUCING_SOFTMAX_STAGES.get(name, ())
 
 
@@ -144,8 +148,12 @@ def _kernel_results(device, rng):
     for symmetric in (True, False):
         qt = vkcore.quantize(w, symmetric=symmetric, device=device)  # symmetric: quantize_rows
         out += [("q", qt.q, 1), ("scale", qt.scale, 1)]
+        batch = np.stack([v, -v, 2 * v], axis=1)  # (n, 3): the batched kernel
         for act in ("float", "int8", "uint8"):
             out.append((f"matvec {act}", vkcore.matvec(qt, v, activations=act), act != "float"))
+            out.append(
+                (f"batched {act}", vkcore.matvec(qt, batch, activations=act), act != "float")
+            )
         qt.release()
     out.append(("matvec_f32", vkcore.matvec_f32(w, v, device=device), 0))
     return out

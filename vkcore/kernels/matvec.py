@@ -105,8 +105,16 @@ def _exact(mode: int) -> bool:
     return mode in (MODES["int8"], MODES["uint8"])
 
 
+def _reduces(mode: int, grouped: int = 0) -> bool:
+    """Whether a matvec variant reduces with subgroup arithmetic (workgroup_sum): every
+    per-channel mode, and the grouped kernel's float mode; the grouped integer modes and
+    row sums exchange their per-group sums through shared memory only."""
+    return not grouped or mode == MODES["float"]
+
+
 # Every shader variant the functions below can request (precompiled into the wheel), with
-# the device-dependent defines of variants.defines (every matvec mode reduces).
+# the device-dependent defines of variants.defines (see _reduces: which variants use
+# subgroup arithmetic and so get a SUBGROUP=0 twin).
 for _mode in (0, 1, 2, MODE_ROWSUM, MODE_F32):
     variants.register(
         "matvec.comp",
@@ -130,9 +138,9 @@ for _mode in (0, 1, 2, MODE_ROWSUM):
             for packed in (0, 1)
         ],
         exact=_exact(_mode),
-        reduces=True,
+        reduces=_reduces(_mode, grouped=1),
     )
-for _mode in (1, 2):
+for _mode, _grouped in ((1, 0), (2, 0), (1, 1), (2, 1)):
     variants.register(
         "matvec.comp",
         [
@@ -140,9 +148,10 @@ for _mode in (1, 2):
             for sg, asym in _STORAGE
             for texel in (True, False)
             for grouped in (0, 1)
+            if grouped == _grouped
         ],
         exact=True,
-        reduces=True,
+        reduces=_reduces(_mode, grouped=_grouped),
     )
 variants.register("quantize_act.comp", [{"ACT": 1}, {"ACT": 2}], exact=True, reduces=True)
 
@@ -562,7 +571,7 @@ def _pipeline(
         "matvec.comp",
         defines={
             **_defines(mode, signed, asym, texel, grouped, packed, dot),
-            **variants.defines(dev.info, exact=_exact(mode), reduces=True),
+            **variants.defines(dev.info, exact=_exact(mode), reduces=_reduces(mode, grouped)),
         },
         spec={0: workgroup_size(dev), 1: rows_per_workgroup(dev, mode)},
         buffers=_BUFFERS,

@@ -92,10 +92,12 @@ variants.register(
 )
 variants.register(
     "quantize_act.comp",
-    [{"ACT": 0, "BATCH": 1}, {"ACT": 1, "BATCH": 1}, {"ACT": 2, "BATCH": 1}],
+    [{"ACT": 1, "BATCH": 1}, {"ACT": 2, "BATCH": 1}],
     exact=True,
     reduces=True,
 )
+# ACT 0 copies the float columns into the padded layout: no reduction.
+variants.register("quantize_act.comp", [{"ACT": 0, "BATCH": 1}], exact=True, reduces=False)
 
 
 def is_batch(x: Any) -> bool:
@@ -250,7 +252,7 @@ def _prepare(
         defines={
             "ACT": act_mode,
             "BATCH": 1,
-            **variants.defines(dev.info, exact=True, reduces=True),
+            **variants.defines(dev.info, exact=True, reduces=act_mode != 0),
         },
         spec={0: mv.ACT_WORKGROUP},
         buffers=2,
