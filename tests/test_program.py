@@ -327,3 +327,39 @@ def test_the_builtin_shaders_reflect_as_their_kernels_bind_them():
 def test_the_program_source_is_documented():
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert "## Your own shaders" in readme
+
+
+def test_spec_is_set_once_and_by_name_or_id(device):
+    with pytest.raises(ValueError, match="both set SpecId 0"):
+        _scale(device, spec={0: 32}, workgroup=64)
+    with pytest.raises(ValueError, match="a second time"):
+        _scale(device, spec={"REPEAT": 2, 1: 3})
+    with pytest.raises(TypeError, match="names .* or SpecIds"):
+        _scale(device, spec={1.0: 2})
+    assert _scale(device, spec={0: 32}).workgroup == (32, 1, 1)  # the local size by SpecId
+
+
+def test_float_values_beyond_float32_are_named(device):
+    prog = _scale(device)
+    x, y = np.ones(4, np.float32), np.zeros(4, np.float32)
+    for value in (1e39, -1e300, 10**400):
+        with pytest.raises(ValueError, match="'a' .*float32"):
+            prog(x, y, groups=4, a=value, n=4, shift=0)
+    prog(x, y, groups=4, a=np.inf, n=4, shift=0)  # inf is a float32 value
+    assert np.all(np.isposinf(y))
+    with pytest.raises(ValueError, match="spec: OFFSET .*float32"):
+        _scale(device, spec={"OFFSET": 1e39})
+
+
+def test_text_is_not_a_buffer_and_huge_uniform_blocks_are_refused(device):
+    prog = _scale(device)
+    with pytest.raises(TypeError, match="numpy array or a vkcore.Tensor, got str"):
+        prog("abcd", np.zeros(4, np.float32), groups=4, a=1.0, n=4, shift=0)
+    big = """#version 450
+layout(local_size_x = 1) in;
+layout(std140, binding = 0) uniform U { vec4 v[2048]; } u;
+layout(std430, binding = 1) buffer O { vec4 o[]; };
+void main() { o[0] = u.v[0]; }
+"""
+    with pytest.raises(ValueError, match="uniform block of 32768 bytes"):
+        vkcore.Program(big, device=device)

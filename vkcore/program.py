@@ -53,6 +53,7 @@ UNIFORM_BLOCK_LIMIT = 16384  # the minimum maxUniformBufferRange every Vulkan de
 _DESCRIPTOR_TYPES = {reflect.STORAGE_BUFFER: 7, reflect.UNIFORM_BUFFER: 6}
 _UNIFORM_TEXEL_BUFFER = 4
 _TEXEL_BYTES = {"r32f": 4, "r32ui": 4, "rgba32f": 16, "rgba32ui": 16}
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 _INT_RANGE = {"int": (-(2**31), 2**31 - 1), "uint": (0, 2**32 - 1)}
 _PACK = {"int": "<i", "uint": "<I", "float": "<f"}
 
@@ -114,6 +115,13 @@ class Program:
                     f"binding {b.binding} ({b.name}) is an imageBuffer (storage texel "
                     "buffer), which vkcore.Program does not support; use a storage buffer"
                 )
+        for b in self.bindings:
+            if b.kind == reflect.UNIFORM_BUFFER and b.fixed_bytes > UNIFORM_BLOCK_LIMIT:
+                raise ValueError(
+                    f"binding {b.binding} ({b.name}) is a uniform block of {b.fixed_bytes} "
+                    f"bytes, more than {UNIFORM_BLOCK_LIMIT} (Vulkan's guaranteed "
+                    "maxUniformBufferRange); use a storage buffer"
+                )
         numbers = [b.binding for b in self.bindings]
         if len(set(numbers)) != len(numbers):
             raise ValueError(f"two bindings share a number: {numbers}")
@@ -126,7 +134,11 @@ class Program:
         by_id = {c.id: c for c in self.spec_constants}
         values: dict[int, Any] = {}
         for key, value in (given or {}).items():
-            const = by_name.get(key) if isinstance(key, str) else by_id.get(key)
+            if isinstance(key, bool) or not isinstance(key, (str, int, np.integer)):
+                raise TypeError(f"spec keys are names (str) or SpecIds (int), got {key!r}")
+            const = by_name.get(key) if isinstance(key, str) else by_id.get(int(key))
+            if const is not None and const.id in values:
+                raise ValueError(f"spec: {key!r} sets SpecId {const.id} a second time")
             if const is None:
                 known = sorted(by_name) or "none"
                 raise ValueError(
@@ -142,6 +154,11 @@ class Program:
                     f"workgroup: the shader fixes local_size_{'xyz'[dim]} "
                     f"= {self.interface.local_size[dim]}; declare local_size_{'xyz'[dim]}_id "
                     "to set it here"
+                )
+            if spec_id in values:
+                raise ValueError(
+                    f"workgroup and spec both set SpecId {spec_id} (local_size_{'xyz'[dim]}); "
+                    "give it once"
                 )
             values[spec_id] = size
         return values
@@ -331,6 +348,10 @@ class _Argument:
                 )
             arr = x
         else:
+            if isinstance(x, (str, bytes, bytearray, memoryview)):
+                raise TypeError(
+                    f"{what} must be a numpy array or a vkcore.Tensor, got {type(x).__name__}"
+                )
             try:
                 arr = np.ascontiguousarray(x)
             except (TypeError, ValueError) as exc:
@@ -437,7 +458,12 @@ def _member_value(m: reflect.PushMember, v: Any, what: str = "") -> int | float:
     if m.kind == "float":
         if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
             raise TypeError(f"{what} is a float, got {type(v).__name__}")
-        return float(v)
+        # inf and NaN are float32 values; a finite number beyond float32 is not.
+        too_big = abs(int(v)) > _FLOAT32_MAX if isinstance(v, (int, np.integer)) else False
+        f = math.inf if too_big else float(v)
+        if too_big or (math.isfinite(f) and abs(f) > _FLOAT32_MAX):
+            raise ValueError(f"{what} (float32) must be within +-{_FLOAT32_MAX:.8g}, got {v}")
+        return f
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
         raise TypeError(f"{what} is an {m.kind}, got {type(v).__name__} {v!r}")
     lo, hi = _INT_RANGE[m.kind]
