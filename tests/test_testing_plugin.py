@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from vkcore import testing
+from vkcore import ci, testing
 from vkcore.cli import main
 
 USER_TESTS = """
@@ -101,7 +101,7 @@ def test_lavapipe_settings_are_fresh_and_complete():
 
 
 def test_lavapipe_settings_without_lavapipe(monkeypatch):
-    monkeypatch.setattr(testing, "LAVAPIPE_ICD_GLOBS", ("/nonexistent/lvp*.json",))
+    monkeypatch.setattr(ci, "LAVAPIPE_ICD_GLOBS", ("/nonexistent/lvp*.json",))
     with pytest.raises(RuntimeError, match="mesa-vulkan-drivers"):
         testing.lavapipe_settings()
 
@@ -128,3 +128,15 @@ def test_the_example_workflow_installs_what_the_plugin_needs():
         assert f" {package}" in workflow, package
     assert 'vkcore ci-env --github >> "$GITHUB_ENV"' in workflow
     assert "pytest -p vkcore.testing" in workflow
+
+
+def test_the_command_line_does_not_need_pytest():
+    """An installed vkcore has no pytest: only the plugin module imports it."""
+    code = (
+        "import sys; sys.modules['pytest'] = None\n"
+        "from vkcore.cli import main\n"
+        "raise SystemExit(main(['ci-env']))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert "LP_NUM_THREADS=" in run.stdout

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from ..testing import lavapipe_settings
+from ..ci import lavapipe_settings
 from ._args import positive_int
 
 
