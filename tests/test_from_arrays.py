@@ -108,29 +108,31 @@ def ggml_q4_0_dequant(qs, d):
 
 
 def q4_0_arrays(qs, d):
-    """The documented mapping: codes 0..15 with zero point 8; a negative d flips codes to
-    15 - q with zero point 7 and scale -d; d = 0 gets scale 1."""
-    codes = np.concatenate([qs & 0xF, qs >> 4], axis=2)  # ggml's in-block order
-    d32 = d.astype(np.float32)
-    neg = d32 < 0
-    codes = np.where(neg[..., None], 15 - codes, codes)
-    s = np.where(d32 == 0, np.float32(1), np.abs(d32)).astype(np.float32)
-    z = np.where(neg, 7, 8).astype(np.int32)
-    return codes.reshape(qs.shape[0], -1).astype(np.uint8), s, z
+    """The documented mapping: codes 0..15 (the nibbles unpacked to ggml's in-block
+    order) with zero point 8, and ggml's d as it is (negative and zero included)."""
+    codes = np.concatenate([qs & 0xF, qs >> 4], axis=2)
+    z = np.full(d.shape, 8, np.int32)
+    return codes.reshape(qs.shape[0], -1).astype(np.uint8), d, z
+
+
+def bits_of(a):
+    return np.ascontiguousarray(a, np.float32).view(np.uint32)
 
 
 def test_ggml_q8_0(device, rng):
     x = (rng.standard_normal((6, 128)) * 2).astype(np.float32)
     x[2, 32:64] = 0  # an all-zero block: d = 0
     q, d = ggml_q8_0(x)
+    assert (d == 0).any()
     w_ggml = q.astype(np.float32) * np.repeat(d.astype(np.float32), 32, axis=1)
-    s = np.where(d == 0, np.float32(1), d.astype(np.float32)).astype(np.float32)
-    qt = QT.from_arrays(q, s, bits=8, group_size=32, device=device)
+    qt = QT.from_arrays(q, d, bits=8, group_size=32, device=device)  # fp16 d as stored
     assert qt.groups == 4 and qt.scale.shape == (6, 4) and not qt.packed
     a = qt.to_arrays()
-    assert np.array_equal(a["q"], q) and np.array_equal(a["scale"], s)
-    w_hat = reference.dequantize(a["q"], a["scale"], np.zeros(s.shape, np.int32), 32)
-    assert np.array_equal(w_hat, w_ggml)
+    assert np.array_equal(a["q"], q) and np.array_equal(bits_of(a["scale"]), bits_of(d))
+    w_hat = reference.dequantize(a["q"], a["scale"], np.zeros(d.shape, np.int32), 32)
+    assert np.array_equal(bits_of(w_hat), bits_of(w_ggml))
+    assert np.array_equal(bits_of(vkcore.dequantize(qt)), bits_of(w_ggml))
+    assert not vkcore.dequantize(qt)[2, 32:64].any()  # the d = 0 block: zeros
 
 
 def test_ggml_q4_0(device, rng):
@@ -145,9 +147,40 @@ def test_ggml_q4_0(device, rng):
     assert qt.packed and qt.nbytes == 4 * 48 + 8 * 12
     a = qt.to_arrays()
     assert np.array_equal(a["q"], codes) and np.array_equal(a["zero_point"], z)
+    assert np.array_equal(bits_of(a["scale"]), bits_of(d))
+    # Bit for bit, signed zeros included: d * 0 is -0.0 in the blocks with d < 0.
+    want = ggml_q4_0_dequant(qs, d)
+    assert (np.signbit(want) & (want == 0)).any()
     w_hat = reference.dequantize(a["q"], a["scale"], a["zero_point"], 32)
-    # Equal values (the sign of a zero may differ: (-d) * 0 is +0 where d * 0 is -0).
-    assert np.array_equal(w_hat, ggml_q4_0_dequant(qs, d))
+    assert np.array_equal(bits_of(w_hat), bits_of(want))
+    assert np.array_equal(bits_of(vkcore.dequantize(qt)), bits_of(want))
+
+
+@pytest.mark.parametrize("mode", ["float", "int8", "uint8"])
+def test_negative_and_zero_scales_in_matvec(device, rng, mode):
+    """ggml's negative and zero d (and -0.0) in every matvec mode, vector and batch, against
+    the reference: integers bit for bit, float within float32 summation error."""
+    x = rng.standard_normal((5, 96)).astype(np.float32)
+    x[3, 64:] = 0
+    qs, d = ggml_q4_0(x)
+    codes, s, z = q4_0_arrays(qs, d)
+    s = s.astype(np.float32)
+    s[4, 0] = -0.0
+    qt = QT.from_arrays(codes, s, z, bits=4, group_size=32, device=device)
+    v = rng.standard_normal((96, 3)).astype(np.float32)
+    bias = rng.standard_normal(5).astype(np.float32)
+    want = reference.matvec(codes, s, z, v, bias, mode, group_size=32)
+    got = vkcore.matvec(qt, v, bias=bias, activations=mode)
+    one = vkcore.matvec(qt, np.ascontiguousarray(v[:, 0]), bias=bias, activations=mode)
+    if mode == "float":
+        w_hat = reference.dequantize(codes, s, z, 32).astype(np.float64)
+        tol = (
+            100 * 2.0**-23 * (np.abs(w_hat) @ np.abs(v.astype(np.float64)) + np.abs(bias)[:, None])
+        )
+        assert np.all(np.abs(got - want) <= tol) and np.all(np.abs(one - want[:, 0]) <= tol[:, 0])
+    else:
+        assert np.array_equal(bits_of(got), bits_of(want))
+        assert np.array_equal(bits_of(one), bits_of(want[:, 0]))
 
 
 def test_torchao_int4_group_128(device, rng):
@@ -202,6 +235,17 @@ def test_save_load_round_trip(device, rng, tmp_path, bits, symmetric, group_size
     assert np.array_equal(back.scale, qt.scale) and np.array_equal(back.zero_point, qt.zero_point)
 
 
+def test_save_load_negative_and_zero_scales(device, tmp_path):
+    """ggml-style scales (negative, 0, -0.0) survive save/load bit for bit."""
+    q = np.array([[1, -2, 3, 0], [7, 0, -7, 1]], np.int8)
+    s = np.array([[-0.5, 0.0], [-0.0, 2.0]], np.float32)
+    qt = QT.from_arrays(q, s, bits=4, group_size=2, device=device)
+    qt.save(tmp_path / "s.npz")
+    back = QT.load(tmp_path / "s.npz", device=device)
+    assert np.array_equal(bits_of(back.scale), bits_of(s)) and np.array_equal(back.q, q)
+    assert np.array_equal(bits_of(vkcore.dequantize(back)), bits_of(vkcore.dequantize(qt)))
+
+
 def test_save_load_per_tensor(device, tmp_path):
     qt = QT.from_arrays(np.array([[3, 250]], np.uint8), np.float32(0.5), np.int32(7), bits=8)
     qt.save(tmp_path / "t.npz")
@@ -242,8 +286,8 @@ def write(tmp_path, fields, name="bad.npz", redigest=True):
         (lambda f: f.update(codes=f["codes"][:, :2]), "field 'codes' must be uint8 of shape"),
         (lambda f: f.update(codes=f["codes"] | 0x8), "q\\[.*outside the 3-bit asymmetric"),
         (lambda f: f.update(codes=f["codes"] ^ 0x10), "padding nibble|outside"),
-        (lambda f: f.update(scale=-f["scale"]), "scale must be finite and positive"),
-        (lambda f: f.update(scale=f["scale"] * np.nan), "scale must be finite and positive"),
+        (lambda f: f.update(scale=f["scale"] * np.nan), "scale must be finite"),
+        (lambda f: f.update(scale=f["scale"] * np.inf), "scale must be finite"),
         (lambda f: f.update(scale=f["scale"].astype(np.float64)), "'scale' must be float32"),
         (lambda f: f.update(scale=f["scale"][:, :1]), "scale must have shape"),
         (lambda f: f.update(zero_point=f["zero_point"] + 8), "zero_point.*outside the 3-bit"),
@@ -340,10 +384,11 @@ GOOD_Q = np.zeros((2, 6), np.int8)
         ({"scale": np.ones((2, 2), np.float32), "group_size": 2}, ValueError, "= \\(2, 3\\)"),
         ({"scale": np.ones((2, 3), np.float32), "group_size": 4}, ValueError, "\\(2, 2\\)"),
         ({"scale": np.ones(2, np.int32)}, TypeError, "scale must have a float16, float32"),
-        ({"scale": np.array([1.0, 0.0], np.float32)}, ValueError, "scale\\[1\\] is 0.0"),
-        ({"scale": np.array([1.0, -2.0], np.float32)}, ValueError, "finite and positive"),
-        ({"scale": np.array([1.0, np.inf], np.float32)}, ValueError, "finite and positive"),
-        ({"scale": np.array([1.0, np.nan], np.float32)}, ValueError, "finite and positive"),
+        ({"scale": np.array([1.0, np.inf], np.float32)}, ValueError, "scale\\[1\\] is inf"),
+        ({"scale": np.array([1.0, -np.inf], np.float16)}, ValueError, "scale must be finite"),
+        ({"scale": np.array([1.0, np.nan], np.float32)}, ValueError, "scale must be finite"),
+        ({"group_size": 2**31}, ValueError, "group_size must be at most 2\\^31 - 1"),
+        ({"group_size": np.int64(2**40)}, ValueError, "group_size must be at most"),
         ({"scale": np.array([1.0, 0.1])}, ValueError, "scale\\[1\\] is 0.1, not a float32 value"),
         ({"scale": np.float64(1e300)}, ValueError, "not a float32 value"),
         ({"scale": "1"}, TypeError, "scale must be a numpy float array"),

@@ -49,7 +49,7 @@ def test_every_layout_matches_the_reference(
     m, n = shape
     groups = -(-n // group_size) if group_size else 1
     assert (qt.group_size, qt.groups, qt.packed) == (group_size, groups, bits <= 4)
-    assert qt.group_cols == (group_size or n)
+    assert qt.group_cols == min(group_size or n, n)  # a group beyond the row: one group
     assert qt.row_bytes == -(-(n if bits > 4 else -(-n // 2)) // 16) * 16
     params = m * groups if group_size else (m if per_channel else 1)
     assert qt.nbytes == m * qt.row_bytes + 8 * params
@@ -201,3 +201,51 @@ def test_random_layouts_match_the_reference(device, m, n, bits, symmetric, group
     qt = vkcore.quantize(w, bits=bits, symmetric=symmetric, group_size=group_size, device=device)
     check(qt, w, bits, symmetric, True, group_size)
     qt.release()
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_group_size_up_to_2_31_minus_1_is_one_group(device, rng, bits):
+    """The largest group_size taken (2^31 - 1) is one group per row, like group_size=n,
+    in quantize, from_arrays, dequantize, every matvec mode (vector and batch), save/load;
+    2^31 and beyond are a ValueError naming group_size in quantize, from_arrays and load."""
+    w = rng.standard_normal((3, 10)).astype(np.float32)
+    big = 2**31 - 1
+    qt = vkcore.quantize(w, bits=bits, symmetric=False, group_size=big, device=device)
+    one = vkcore.quantize(w, bits=bits, symmetric=False, group_size=10, device=device)
+    assert (qt.group_size, qt.group_cols, qt.groups, qt.scale.shape) == (big, 10, 1, (3, 1))
+    assert np.array_equal(qt.stored_rows(), one.stored_rows())
+    assert np.array_equal(qt.scale, one.scale) and np.array_equal(qt.zero_point, one.zero_point)
+    built = vkcore.QuantizedTensor.from_arrays(
+        **{**one.to_arrays(), "group_size": big}, device=device
+    )
+    for t in (qt, built):
+        assert np.array_equal(vkcore.dequantize(t), vkcore.dequantize(one))
+        x = rng.standard_normal((10, 2)).astype(np.float32)
+        for mode in ("float", "int8", "uint8"):
+            assert np.array_equal(
+                vkcore.matvec(t, x, activations=mode), vkcore.matvec(one, x, activations=mode)
+            )
+            x0 = np.ascontiguousarray(x[:, 0])
+            assert np.array_equal(
+                vkcore.matvec(t, x0, activations=mode), vkcore.matvec(one, x0, activations=mode)
+            )
+    for size in (2**31, 2**32, np.int64(2**40)):
+        with pytest.raises(ValueError, match="group_size must be at most 2\\^31 - 1"):
+            vkcore.quantize(w, group_size=size, device=device)
+        with pytest.raises(ValueError, match="group_size must be at most"):
+            vkcore.QuantizedTensor.from_arrays(one.q, one.scale, one.zero_point, group_size=size)
+
+
+def test_load_refuses_a_group_size_beyond_2_31_minus_1(device, rng, tmp_path):
+    from vkcore.kernels import qarrays
+
+    qt = vkcore.quantize(rng.standard_normal((2, 8)).astype(np.float32), group_size=2**31 - 1)
+    qt.save(tmp_path / "big.npz")
+    assert vkcore.QuantizedTensor.load(tmp_path / "big.npz").group_size == 2**31 - 1
+    with np.load(tmp_path / "big.npz") as f:
+        fields = {k: f[k] for k in f.files}
+    fields["group_size"] = np.array(2**31, np.int64)
+    fields["digest"] = np.array(qarrays.digest(fields))
+    np.savez(tmp_path / "bad.npz", **fields)
+    with pytest.raises(ValueError, match="bad.npz.*group_size must be at most"):
+        vkcore.QuantizedTensor.load(tmp_path / "bad.npz", device=device)

@@ -3,12 +3,14 @@ measured errors against an independent per-group computation, the bounds s_g / 2
 sum_g s_g / 2 ||x_g||_1 held (and reached, and failed when the codes do not fit w)."""
 
 import json
+import warnings
 
 import numpy as np
 import pytest
 
 import vkcore
 from vkcore.cli import main
+from vkcore.quant_report import format_report, ratio
 
 
 def by_hand(w, qt, x):
@@ -106,3 +108,39 @@ def test_cli_group_rows(capsys):
     assert main([*args[:-2], "--group-size", "0", "--json"]) == 0
     assert not any(k.startswith("group") for k in json.loads(capsys.readouterr().out))
     assert main([*args[:-2], "--group-size", "-1"]) == 2
+
+
+def test_quant_error_with_negative_and_zero_scales(device, rng):
+    """The bounds use |s|; a zero scale bounds its group by 0: reproduced exactly it holds
+    (ratio 0, no NaN or warning), anything else fails (ratio inf)."""
+    q = rng.integers(0, 16, (2, 64)).astype(np.uint8)
+    s = np.array([[-0.25, 0.0], [0.5, -0.0]], np.float32)
+    z = np.full((2, 2), 8, np.int32)
+    qt = vkcore.QuantizedTensor.from_arrays(q, s, z, bits=4, group_size=32, device=device)
+    w = vkcore.dequantize(qt)
+    x = rng.standard_normal(64).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        e = vkcore.quant_error(w, qt, x)
+        assert np.array_equal(e.bound_max, np.abs(s.astype(np.float64)) / 2)
+        assert np.array_equal(e.scale, s) and e.holds()
+        assert "nan" not in format_report("zero scales", e)
+        assert np.array_equal(ratio(e.max_err, e.bound_max), np.zeros((2, 2)))
+        off = w.copy()
+        off[0, 40] = 1e-3  # in the s = 0 group: not reproduced
+        bad = vkcore.quant_error(off, qt)
+        assert not bad.holds() and ratio(bad.max_err, bad.bound_max)[0, 1] == np.inf
+
+
+def test_cli_damaged_weights_zip_is_an_argument_error(tmp_path, capsys):
+    """A zip whose central directory names an unsupported compression method (zipfile:
+    NotImplementedError) is exit status 2 with the file named, no traceback."""
+    path = tmp_path / "w.npz"
+    np.savez(path, w=np.ones((2, 8), np.float32))
+    raw = bytearray(path.read_bytes())
+    at = raw.find(b"PK\x01\x02")
+    raw[at + 10 : at + 12] = (1).to_bytes(2, "little")  # compression method 1 (shrink)
+    path.write_bytes(bytes(raw))
+    assert main(["quant-report", "--weights", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "w.npz" in err and "not a readable" in err and "Traceback" not in err

@@ -2,7 +2,11 @@
 
 Per parameter group ``(i, g)`` (a row ``i`` without group_size, where ``g`` is the whole
 row; the columns ``j`` in group ``g`` with it) with scale ``s_ig``, for
-``W_hat = s (Q - z)`` evaluated exactly in float64:
+``W_hat = s (Q - z)`` evaluated exactly in float64. The bounds use ``|s_ig|`` (a tensor
+from :meth:`~vkcore.QuantizedTensor.from_arrays` may hold ggml's negative or zero scales;
+quantize makes positive ones); a zero scale bounds its group's error by 0, i.e. the
+group must be reproduced exactly, and its ratio to the bound (:func:`ratio`) is 0 when
+it is, infinite when not:
 
 * worst case ``max_{j in g} |W_hat_ij - W_ij| <= s_ig / 2`` (round to nearest; the
   asymmetric range's clipped ends stay within it too, up to ``2^-15 s_ig`` from the
@@ -13,6 +17,8 @@ row; the columns ``j`` in group ``g`` with it) with scale ``s_ig``, for
   (worst case; ``x_g`` the entries of x in group g) and typically
   ``sqrt(sum_g s_ig^2 / 12 * ||x_g||_2^2)``. Without groups these are
   ``s_i / 2 * ||x||_1`` and ``s_i / sqrt(12) * ||x||_2``.
+
+(``s`` stands for ``|s|`` throughout.)
 """
 
 from __future__ import annotations
@@ -35,9 +41,9 @@ class QuantError:
     the tensor has a group_size, else per row, shape ``(m,)``; the output errors are per
     row, shape ``(m,)``."""
 
-    scale: np.ndarray
+    scale: np.ndarray  # the tensor's own (signed) scales
     max_err: np.ndarray
-    bound_max: np.ndarray  # s / 2
+    bound_max: np.ndarray  # |s| / 2
     rms_err: np.ndarray
     typical_rms: np.ndarray  # s / sqrt(12)
     out_err: np.ndarray | None = None  # |W_hat x - W x|
@@ -57,6 +63,15 @@ class QuantError:
         return ok
 
 
+def ratio(err: np.ndarray, bound: np.ndarray) -> np.ndarray:
+    """``err / bound`` elementwise, with ``0 / 0 = 0`` and ``err / 0 = inf`` for err > 0
+    (a zero bound is met only exactly), without numpy warnings."""
+    err, bound = np.asarray(err, np.float64), np.asarray(bound, np.float64)
+    out = np.where(err > 0, np.inf, 0.0)
+    np.divide(err, bound, out=out, where=bound > 0)
+    return out
+
+
 def quant_error(w: Any, qt: QuantizedTensor, x: Any = None) -> QuantError:
     """Measure ``qt`` (quantized from ``w``) against the RTN error bounds, per group
     (per row without group_size); module docstring for the bounds."""
@@ -69,16 +84,17 @@ def quant_error(w: Any, qt: QuantizedTensor, x: Any = None) -> QuantError:
     starts = np.arange(0, n, qt.group_cols)  # first column of each group
     counts = np.diff(np.append(starts, n))
     g = len(starts)  # () and (m,) parameters reshape to (1, 1) and (m, 1)
-    s = np.broadcast_to(qt.scale.astype(np.float64).reshape(-1, g), (m, g))
+    signed = np.broadcast_to(qt.scale.astype(np.float64).reshape(-1, g), (m, g))
     z = np.broadcast_to(qt.zero_point.astype(np.float64).reshape(-1, g), (m, g))
-    w_hat = np.repeat(s, counts, axis=1) * (qt.q.astype(np.float64) - np.repeat(z, counts, axis=1))
-    err = w_hat - w64
+    codes = qt.q.astype(np.float64) - np.repeat(z, counts, axis=1)
+    err = np.repeat(signed, counts, axis=1) * codes - w64
+    s = np.abs(signed)  # the bounds' step size
 
     def per(a: np.ndarray) -> np.ndarray:  # (m, G) with groups, else (m,) per row
         return np.array(a) if qt.group_size is not None else np.array(a[:, 0])
 
     result = QuantError(
-        scale=per(s),
+        scale=per(signed),
         max_err=per(np.maximum.reduceat(np.abs(err), starts, axis=1)),
         bound_max=per(s / 2),
         rms_err=per(np.sqrt(np.add.reduceat(err**2, starts, axis=1) / counts)),
@@ -99,14 +115,13 @@ def format_report(label: str, e: QuantError) -> str:
     """One line: worst ratios to the bounds, mean ratios to the typical values."""
     parts = [
         f"{label:<24}",
-        f"max|err|/(s/2) {np.max(e.max_err / e.bound_max):.3f}",
-        f"rms/(s/sqrt12) {np.mean(e.rms_err / e.typical_rms):.3f}",
+        f"max|err|/(s/2) {np.max(ratio(e.max_err, e.bound_max)):.3f}",
+        f"rms/(s/sqrt12) {np.mean(ratio(e.rms_err, e.typical_rms)):.3f}",
         f"mean rms {np.mean(e.rms_err):.2e}",
     ]
     if e.out_err is not None and e.bound_out is not None and e.typical_out is not None:
-        parts.append(f"|dy|/(s/2|x|1) {np.max(e.out_err / e.bound_out):.4f}")
-        parts.append(
-            f"|dy|/(s/sqrt12|x|2) {np.sqrt(np.mean((e.out_err / e.typical_out) ** 2)):.2f}"
-        )
+        parts.append(f"|dy|/(s/2|x|1) {np.max(ratio(e.out_err, e.bound_out)):.4f}")
+        typical = np.sqrt(np.mean(ratio(e.out_err, e.typical_out) ** 2))
+        parts.append(f"|dy|/(s/sqrt12|x|2) {typical:.2f}")
     parts.append("ok" if e.holds() else "BOUND VIOLATED")
     return "  ".join(parts)

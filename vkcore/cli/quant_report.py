@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import zipfile
 from typing import Any
 
 import numpy as np
 
 from ..device import Device
 from ..kernels.quant import quantize
-from ..quant_report import format_report, quant_error
+from ..quant_report import format_report, quant_error, ratio
 from ._args import finite_float, input_file, int_range, nonnegative_int, positive_int
 
 
@@ -64,29 +63,41 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _load(path: str, name: str | None) -> np.ndarray:
-    """The array in a .npy file, or in an .npz file (its only one, or ``name``)."""
+    """The array in a .npy file, or in an .npz file (its only one, or ``name``). Any
+    failure to open or read it (a damaged zip: whatever zipfile or numpy raise) is a
+    ValueError naming the file, so the command exits 2 with the reason."""
     try:
-        data = np.load(path, allow_pickle=False)
-    except (OSError, EOFError, ValueError, zipfile.BadZipFile) as exc:
-        raise ValueError(f"--weights {path!r} is not a readable .npy/.npz file: {exc}") from None
-    if isinstance(data, np.ndarray):
-        if name is not None:
-            raise ValueError(f"--array is for .npz files; {path!r} holds a single array")
-        return data
-    with data:
-        names = list(data.files)
-        if name is None and len(names) != 1:
-            raise ValueError(
-                f"--weights {path!r} holds {len(names)} arrays ({', '.join(names) or 'none'}): "
-                "pick one with --array NAME"
-            )
-        key = names[0] if name is None else name
-        if key not in names:
-            raise ValueError(f"--array {key!r} is not in {path!r}; it holds {', '.join(names)}")
-        try:
-            return np.asarray(data[key])
-        except (OSError, EOFError, ValueError, zipfile.BadZipFile) as exc:
-            raise ValueError(f"--weights {path!r}: array {key!r} cannot be read: {exc}") from None
+        with open(path, "rb") as fh:
+            data = np.load(fh, allow_pickle=False)
+            if isinstance(data, np.ndarray):
+                if name is not None:
+                    raise _Refused(f"--array is for .npz files; {path!r} holds a single array")
+                return data
+            with data:
+                return _member(data, path, name)
+    except _Refused as exc:
+        raise ValueError(str(exc)) from None
+    except Exception as exc:  # every failure to read is the file's fault
+        raise ValueError(
+            f"--weights {path!r} is not a readable .npy/.npz file: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+class _Refused(Exception):
+    """A readable file that does not hold what the options ask for (its message says so)."""
+
+
+def _member(data: Any, path: str, name: str | None) -> np.ndarray:
+    names = list(data.files)
+    if name is None and len(names) != 1:
+        raise _Refused(
+            f"--weights {path!r} holds {len(names)} arrays ({', '.join(names) or 'none'}): "
+            "pick one with --array NAME"
+        )
+    key = names[0] if name is None else name
+    if key not in names:
+        raise _Refused(f"--array {key!r} is not in {path!r}; it holds {', '.join(names)}")
+    return np.asarray(data[key])
 
 
 def _matrix(args: argparse.Namespace) -> np.ndarray:
@@ -115,12 +126,12 @@ def _summary(e: Any) -> dict[str, Any]:
         if getattr(e, name) is not None
     }
     worst = {
-        "max_err/bound_max": float(np.max(e.max_err / e.bound_max)),
-        "rms_err/typical_rms": float(np.max(e.rms_err / e.typical_rms)),
+        "max_err/bound_max": float(np.max(ratio(e.max_err, e.bound_max))),
+        "rms_err/typical_rms": float(np.max(ratio(e.rms_err, e.typical_rms))),
     }
     if e.out_err is not None:
-        worst["out_err/bound_out"] = float(np.max(e.out_err / e.bound_out))
-        worst["out_err/typical_out"] = float(np.max(e.out_err / e.typical_out))
+        worst["out_err/bound_out"] = float(np.max(ratio(e.out_err, e.bound_out)))
+        worst["out_err/typical_out"] = float(np.max(ratio(e.out_err, e.typical_out)))
     return {"holds": bool(e.holds()), "worst": worst, "rows": rows}
 
 
@@ -171,11 +182,11 @@ def _granularities(group_size: int) -> list[tuple[str, dict[str, Any]]]:
 
 def _print_top_groups(e: Any, top: int) -> None:
     """The ``top`` groups closest to their worst-case bound."""
-    ratio = (e.max_err / e.bound_max).ravel()
+    closeness = ratio(e.max_err, e.bound_max).ravel()
     g = e.scale.shape[1]
-    print(f"\ngroups of {e.group_size}, the {min(top, ratio.size)} closest to their bound:")
+    print(f"\ngroups of {e.group_size}, the {min(top, closeness.size)} closest to their bound:")
     print("  row/group  scale s_g   max|err|    s_g/2       rms err     s_g/sqrt12")
-    for k in np.argsort(-ratio, kind="stable")[:top]:
+    for k in np.argsort(-closeness, kind="stable")[:top]:
         i, j = divmod(int(k), g)
         print(
             f"  {f'{i}/{j}':<10} {e.scale[i, j]:.4e}  {e.max_err[i, j]:.4e}  "
@@ -186,12 +197,12 @@ def _print_top_groups(e: Any, top: int) -> None:
 def _print_top(e: Any, top: int) -> None:
     """The ``top`` per-channel rows closest to their worst-case bound."""
     assert e.out_err is not None and e.bound_out is not None
-    ratio = e.max_err / e.bound_max
-    print(f"\nper channel, the {min(top, len(ratio))} rows closest to their bound:")
+    closeness = ratio(e.max_err, e.bound_max)
+    print(f"\nper channel, the {min(top, len(closeness))} rows closest to their bound:")
     print(
         "  row   scale s_i   max|err|    s_i/2       rms err     s_i/sqrt12  |dy_i|      s_i/2|x|_1"
     )
-    for i in np.argsort(-ratio, kind="stable")[:top]:
+    for i in np.argsort(-closeness, kind="stable")[:top]:
         print(
             f"  {i:<5} {e.scale[i]:.4e}  {e.max_err[i]:.4e}  {e.bound_max[i]:.4e}  "
             f"{e.rms_err[i]:.4e}  {e.typical_rms[i]:.4e}  {e.out_err[i]:.4e}  {e.bound_out[i]:.4e}"

@@ -8,24 +8,28 @@ integer codes ``q`` of shape ``(m, n)`` and the parameters of ``W = s (q - z)``:
 * ``scale`` of shape ``()`` (per tensor) or ``(m,)`` (per channel) without group_size;
   ``(m, ceil(n / g))`` with ``group_size=g`` (the last group of a row may be shorter).
   float16 and float32 scales are taken exactly; float64 only where every value is a
-  float32 (nothing is rounded silently). Scales must be finite and positive.
+  float32 (nothing is rounded silently). Scales must be finite; negative and zero scales
+  are taken as they are (``W = s (q - z)`` and matvec's products by ``s`` are defined for
+  them: a zero scale gives a group of zeros, a negative one the signed zeros
+  ``s * 0 = -0.0`` of float32). :func:`vkcore.quantize` itself makes positive scales.
+* ``group_size``: an int from 1 to 2^31 - 1 (the same rule as quantize); ``n`` or more is
+  one group per row.
 * ``zero_point``: an integer array of the scale's shape.
 
 Mappings from other formats (each exact: the same ``W`` bit for bit in float32):
 
 * ggml **Q8_0** (blocks of 32 weights: an fp16 scale ``d`` and 32 int8 codes, ``W = d q``):
-  ``from_arrays(q, d.astype(float32), bits=8, group_size=32)``, ``q`` of shape
-  ``(m, n)``, ``d`` of shape ``(m, n/32)``. ggml's quantizer makes codes in -127..127
-  and ``d >= 0``; a block with ``d = 0`` (all-zero weights, codes 0) needs ``s = 1``. A
-  code of -128 is outside the symmetric range: store such a tensor asymmetric with
-  ``q + 128`` as uint8 and zero point 128 (``d (q + 128 - 128) = d q``).
+  symmetric int8 with scale ``d``, ``from_arrays(q, d, bits=8, group_size=32)``, ``q`` of
+  shape ``(m, n)``, ``d`` of shape ``(m, n/32)`` (float16 as stored, or float32). ggml's
+  quantizer makes codes in -127..127; an all-zero block has ``d = 0`` and dequantizes to
+  zeros, as in ggml. A code of -128 is outside the symmetric range: store such a tensor
+  asymmetric with ``q + 128`` as uint8 and zero point 128 (``d (q + 128 - 128) = d q``).
 * ggml **Q4_0** (blocks of 32: an fp16 ``d`` and 32 codes 0..15, ``W = d (q - 8)``):
-  asymmetric with zero point 8, ``from_arrays(q, d, np.full(d.shape, 8), bits=4,
-  group_size=32)``. ggml's ``d`` is negative where a block's largest-magnitude weight is
-  positive; as ``d (q - 8) = (-d) ((15 - q) - 7)``, such a block maps exactly to codes
-  ``15 - q``, scale ``-d`` and zero point 7. A block with ``d = 0`` gets ``s = 1``
-  (its codes are all 8, so ``q - z = 0``). ggml interleaves each block's nibbles
-  (byte k holds weights k and k + 16): unpack them to ``(m, n)`` codes first.
+  4-bit codes with zero point 8, ``from_arrays(q, d, np.full(d.shape, 8), bits=4,
+  group_size=32)``, ggml's ``d`` as it is: negative where a block's largest-magnitude
+  weight is positive, 0 for an all-zero block. The result is ggml's ``d (q - 8)`` bit for
+  bit, signed zeros included. ggml interleaves each block's nibbles (byte k holds
+  weights k and k + 16): unpack them to ``(m, n)`` codes first.
 * **torchao int4, group 128** (``MappingType.ASYMMETRIC`` with integer zero points,
   ``ZeroPointDomain.INT``: ``q = clamp(round(w / s) + zp, 0, 15)``, ``W = (q - zp) s``):
   ``from_arrays(q, s, zp, bits=4, group_size=128)`` with uint4 codes unpacked to ``(m, n)``
@@ -47,7 +51,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import zipfile
 from typing import Any
 
 import numpy as np
@@ -133,10 +136,12 @@ def _scales(scale: Any) -> np.ndarray:
                 f"{_at('scale', at)} is {float(arr[at])!r}, not a float32 value (scales "
                 "are float32; round them yourself if that is meant)"
             )
-    bad = ~(np.isfinite(s) & (s > 0))
+    # Any finite scale: W = s (q - z) and matvec's products by s are defined for negative
+    # and zero s too (ggml's own d), and reproduce its signed zeros.
+    bad = ~np.isfinite(s)
     if bad.any():
         at = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(f"scale must be finite and positive: {_at('scale', at)} is {s[at]}")
+        raise ValueError(f"scale must be finite: {_at('scale', at)} is {s[at]}")
     return s
 
 
@@ -275,24 +280,33 @@ def save(qt: QuantizedTensor, path: Any) -> None:
 
 def load(path: Any, device: Device | None = None) -> QuantizedTensor:
     """A QuantizedTensor from a file written by :func:`save`. Anything else (not a zip,
-    another program's .npz, a field missing, extra, of the wrong dtype or shape, codes or
-    parameters out of range, a newer format version) is a ValueError naming the file and
-    the field; the file is never trusted and never unpickled."""
+    another program's .npz, a damaged zip whatever zipfile or numpy raise for it, a field
+    missing, extra, of the wrong dtype or shape, codes or parameters out of range, a newer
+    format version) is a ValueError naming the file (and the field), the cause chained;
+    only failing to open the file (FileNotFoundError, PermissionError: OSError) is raised
+    as it is. The file is never trusted and never unpickled."""
     name = os.fspath(path)
-    try:
-        data = np.load(name, allow_pickle=False)
-        if not isinstance(data, np.lib.npyio.NpzFile):
-            raise ValueError("it holds a single array, not the fields of a saved tensor")
-        with data:
-            fields = {key: np.asarray(data[key]) for key in data.files}
-    except FileNotFoundError:
-        raise
-    except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as exc:
-        raise ValueError(f"{name!r} is not a readable vkcore.QuantizedTensor .npz: {exc}") from None
+    with open(name, "rb") as fh:  # an OSError of opening is the caller's to see
+        try:
+            fields = _fields_of(fh)
+        except Exception as exc:  # every failure to read is the file's fault
+            raise ValueError(
+                f"{name!r} is not a readable vkcore.QuantizedTensor .npz: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
     try:
         return _read(fields, device)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{name!r}: {exc}") from None
+
+
+def _fields_of(fh: Any) -> dict[str, np.ndarray]:
+    """Every array of the open .npz ``fh``, read in full (so any damage shows here)."""
+    data = np.load(fh, allow_pickle=False)
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise ValueError("it holds a single array, not the fields of a saved tensor")
+    with data:
+        return {key: np.asarray(data[key]) for key in data.files}
 
 
 def _field(fields: dict[str, np.ndarray], key: str, kind: str, ndim: int) -> np.ndarray:

@@ -15,7 +15,9 @@ multiple of 16 bytes (``BLOCK``) so kernels read whole ``uvec4`` blocks:
 Parameters (scale float32, zero point int32): one per tensor (shape ``()``), per row
 (``(m,)``) or, with ``group_size = g``, per row and group of ``g`` consecutive columns
 (``(m, G)``, ``G = ceil(n / g)``, the last group may be shorter), row-major on the device:
-the parameters of row ``i``, column ``j`` are element ``i * G + j // g``.
+the parameters of row ``i``, column ``j`` are element ``i * G + j // g``. ``g`` is an int
+from 1 to 2^31 - 1 (:func:`check_group_size`); a ``g`` of ``n`` or more is one group, and
+kernels are given ``group_cols = min(g, n)``.
 """
 
 from __future__ import annotations
@@ -46,8 +48,13 @@ def check_bits(bits: Any) -> int:
     return int(bits)
 
 
+GROUP_SIZE_MAX = 2**31 - 1  # group_size limit: kernels take columns per group as uint32
+
+
 def check_group_size(group_size: Any) -> int | None:
-    """``None`` or a positive int (bools rejected), as an int."""
+    """``None`` or an int from 1 to ``GROUP_SIZE_MAX`` (2^31 - 1; bools rejected), as an
+    int. The one rule for quantize, from_arrays and load. A group_size of n or more is one
+    group per row: :attr:`Layout.group_cols` is ``min(group_size, n)``."""
     if group_size is None:
         return None
     if isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)):
@@ -56,6 +63,11 @@ def check_group_size(group_size: Any) -> int | None:
         )
     if group_size < 1:
         raise ValueError(f"group_size must be a positive int or None, got {group_size}")
+    if group_size > GROUP_SIZE_MAX:
+        raise ValueError(
+            f"group_size must be at most 2^31 - 1 = {GROUP_SIZE_MAX}, got {group_size} "
+            "(any group_size of n or more is one group per row: give n)"
+        )
     return int(group_size)
 
 
@@ -75,13 +87,14 @@ class Layout:
 
     @property
     def group_cols(self) -> int:
-        """Columns per parameter group: group_size if set, else n."""
-        return self.group_size if self.group_size is not None else self.n
+        """Columns per parameter group: ``min(group_size, n)`` if set (a group_size
+        beyond the row is one group), else n. Kernels get this, never group_size."""
+        return min(self.group_size, self.n) if self.group_size is not None else self.n
 
     @property
     def groups(self) -> int:
-        """G: parameter groups per row (1 without group_size)."""
-        return ceil_div(self.n, self.group_size) if self.group_size is not None else 1
+        """G: parameter groups per row, ``ceil(n / group_size)`` (1 without group_size)."""
+        return ceil_div(self.n, self.group_cols)
 
     @property
     def packed(self) -> bool:

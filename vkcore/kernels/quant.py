@@ -257,7 +257,8 @@ def quantize(
     """Quantize the 2-D float matrix ``w`` (m outputs x n inputs) by round-to-nearest.
 
     ``group_size=g`` gives each group of g consecutive columns of a row its own scale and
-    zero point (shape ``(m, ceil(n / g))``; needs per_channel=True). bits <= 4 are stored
+    zero point (shape ``(m, ceil(n / g))``; needs per_channel=True; ``g`` an int from 1 to
+    2^31 - 1, a ``g`` of n or more is one group per row). bits <= 4 are stored
     two per byte. Returns a :class:`QuantizedTensor` whose integers live on ``device``.
     Raises TypeError/ValueError for bad arguments, non-finite weights (naming the first
     bad ``(row, col)``) or a row too long for one storage buffer. Formulas: module docstring.
@@ -285,7 +286,7 @@ def quantize(
             if group_size is None:
                 hi, lo = row_range(arr, w32)
             else:
-                hi, lo = group_range(arr, w32, group_size)
+                hi, lo = group_range(arr, w32, layout.group_cols)
             s, z = group_params(hi, lo, bits, symmetric, per_channel)
             _run_quantize(dev, w32, chunks, s, z, w_rows, layout)
         scale_t = upload(s.reshape(layout.param_shape), dev, made)
@@ -361,11 +362,11 @@ def _quantize_pipeline(dev: Device, vec: int, texel: bool, layout: Layout) -> An
 
 def grouped_variant(layout: Layout) -> int:
     """GROUPED define: 0 without group_size; 2 where each stored block (16 columns, 32
-    packed) lies in one group (group_size a multiple of it); else 1 (per column)."""
+    packed) lies in one group (group_cols a multiple of it); else 1 (per column)."""
     if layout.group_size is None:
         return 0
     cols = 2 * BLOCK if layout.packed else BLOCK
-    return 2 if layout.group_size % cols == 0 else 1
+    return 2 if layout.group_cols % cols == 0 else 1
 
 
 def _run_quantize(
