@@ -187,7 +187,8 @@ void main() {
     uint lane = gl_LocalInvocationID.x;
     uint stride = gl_WorkGroupSize.x;
     // Groups that do not start on a block boundary share blocks: codes of the block
-    // outside the group being summed are masked to 0.
+    // outside the group being summed are masked to 0 (and, MODE 0, their activations to a
+    // signed zero, so that an inf or NaN there never meets a masked 0).
     bool masked = pc.groups > 1u && pc.group_cols % CPB != 0u;
     uint lr[ROWS];
     [[unroll]] for (int r = 0; r < ROWS; ++r) {
@@ -229,6 +230,17 @@ void main() {
                 [[unroll]] for (int c = 0; c < COLS; ++c) acc[r][c] = ZERO;
             }
             for (uint blk = lo / CPB + lane; blk < (hi + CPB - 1u) / CPB; blk += stride) {
+#if MODE != 3
+                // Masked columns: the block's columns inside [lo, hi) (`masked` only).
+                bvec4 inside[NV];
+                if (masked) {  // uniform
+                    [[unroll]] for (int v = 0; v < NV; ++v) {
+                        uvec4 j = uvec4(blk * CPB + uint(4 * v)) + uvec4(0u, 1u, 2u, 3u);
+                        inside[v] = bvec4(uvec4(greaterThanEqual(j, uvec4(lo))) &
+                                          uvec4(lessThan(j, uvec4(hi))));
+                    }
+                }
+#endif
                 // The block of every row, as v = Q - z (MODE 3: the floats).
                 vec4 wv[ROWS][NV];
                 [[unroll]] for (int r = 0; r < ROWS; ++r) {
@@ -242,10 +254,7 @@ void main() {
 #if ASYM
                         q -= ivec4(z[r]);
 #endif
-                        if (masked) {  // uniform
-                            uvec4 j = uvec4(blk * CPB + uint(4 * v)) + uvec4(0u, 1u, 2u, 3u);
-                            q *= ivec4(greaterThanEqual(j, uvec4(lo))) * ivec4(lessThan(j, uvec4(hi)));
-                        }
+                        if (masked) q *= ivec4(inside[v]);  // uniform; exact integers
                         wv[r][v] = vec4(q);
                     }
 #endif
@@ -264,6 +273,18 @@ void main() {
 #else
                     uint abase = col[c] * pc.act_stride + blk * uint(NV);
                     [[unroll]] for (int v = 0; v < NV; ++v) av[v] = AF(abase + uint(v));
+#if MODE == 0
+                    // A masked weight is 0, and 0 * inf or 0 * NaN would put a NaN into this
+                    // group's sum for an x_j of another group. Masked activations keep only
+                    // their sign bit: 0 * (+-0) gives the same signed zero as 0 * x_j for a
+                    // finite x_j, so finite results are unchanged bit for bit.
+                    if (masked) {  // uniform
+                        [[unroll]] for (int v = 0; v < NV; ++v) {
+                            uvec4 keep = mix(uvec4(0x80000000u), uvec4(0xffffffffu), inside[v]);
+                            av[v] = uintBitsToFloat(floatBitsToUint(av[v]) & keep);
+                        }
+                    }
+#endif
 #endif
                     // Integer modes: every product and partial sum here is an integer below
                     // 2^24 in magnitude (at most 32 terms of |v a| <= 255 * 255), so these

@@ -15,7 +15,9 @@ scale group g of row i):
   :func:`vkcore.reference.matvec` for x of shape ``(n, b)``.
 * a NaN or infinity in a column of x makes that column of y NaN in the integer modes (its
   ``s_x`` is NaN) and no other column; in the float mode it propagates as float32
-  arithmetic makes it (within its own column: columns never mix).
+  arithmetic makes it (within its own column: columns never mix; and ``x_jc`` enters only
+  the terms ``v_ij x_jc`` of its own group, also where groups share a stored block, whose
+  other groups' columns the shader masks by select, never by a product with 0).
 * b = 1 is the vector kernel (``vkcore.matvec`` on ``x[:, 0]``), so it equals the vector
   call bit for bit in every mode.
 
