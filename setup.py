@@ -45,7 +45,9 @@ if not found:
 def one(variant):
     name, defines = variant
     key = spirv.source_key(name, defines)
-    (out / f"{key}.spv").write_bytes(spirv.encode_entry(key, spirv.compile_glsl(name, defines)))
+    # Through the content-addressed cache (checked entries, the same words a compile gives):
+    # a build right after the tests, or a second build, compiles nothing again.
+    (out / f"{key}.spv").write_bytes(spirv.encode_entry(key, spirv.get(name, defines).code))
     return {"key": key, "shader": name, "defines": defines}
 
 with ThreadPoolExecutor() as pool:

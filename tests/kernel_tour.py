@@ -242,6 +242,7 @@ TOURS: list[Tour] = [
     tour_matvec_groups,
     tour_batch,
 ]
+TOURS_BY_NAME = {t.__name__.removeprefix("tour_"): t for t in TOURS}
 
 
 def feature_profiles(info: DeviceInfo) -> list[tuple[str, DeviceInfo, list[Tour]]]:
@@ -280,17 +281,27 @@ def device_info(device: vkcore.Device, info: DeviceInfo) -> Iterator[None]:
         device.info = saved
 
 
-def tour(device: vkcore.Device, *, native_only: bool = False) -> list[str]:
+def tour(
+    device: vkcore.Device,
+    *,
+    native_only: bool = False,
+    only: list[str] | None = None,
+    texel_modes: tuple[str, ...] = ("1", "0"),
+) -> list[str]:
     """Run every kernel check on ``device`` (``native_only``: only with its own properties,
-    not the feature_profiles); returns their names, raises AssertionError."""
+    not the feature_profiles; ``only``: just the tours of these names, e.g. "softmax";
+    ``texel_modes``: the VKCORE_TEXEL settings); returns their names, raises AssertionError."""
     rng = np.random.default_rng(7)
     done: list[str] = []
     profiles = feature_profiles(device.info)[: 1 if native_only else None]
+    if only is not None:
+        chosen = {TOURS_BY_NAME[name] for name in only}
+        profiles = [(p, info, [t for t in steps if t in chosen]) for p, info, steps in profiles]
     saved = os.environ.get("VKCORE_TEXEL")
     try:
         # Kernels read through texel buffers where the device allows it, else through
         # storage buffers (VKCORE_TEXEL=0 forces that): both kinds of variant must run.
-        for texel in ("1", "0"):
+        for texel in texel_modes:
             os.environ["VKCORE_TEXEL"] = texel
             for profile, info, steps in profiles:
                 with device_info(device, info):
@@ -372,6 +383,17 @@ def main() -> int:
         "--expect-staging", action="store_true", help="fail unless Tensors are staged, not mapped"
     )
     parser.add_argument(
+        "--tours",
+        default=None,
+        help=f"comma-separated tours to run (default all: {','.join(TOURS_BY_NAME)}); "
+        "with a subset the every-variant-ran check is left to the full tour",
+    )
+    parser.add_argument(
+        "--texel-only",
+        action="store_true",
+        help="only the texel-buffer load path (VKCORE_TEXEL=1), not also storage loads",
+    )
+    parser.add_argument(
         "--native-only",
         action="store_true",
         help="only the variants the device itself requests (no forced feature profiles)",
@@ -390,7 +412,9 @@ def main() -> int:
         # Installed: the forced profiles' variants are checked shipped (check_installed) and
         # run in-process by tests/test_wheel.py; here the device's own variants run.
         native_only = args.native_only or args.installed
-        summary["checks"] = tour(dev, native_only=native_only)
+        only = args.tours.split(",") if args.tours else None
+        texel_modes = ("1",) if args.texel_only else ("1", "0")
+        summary["checks"] = tour(dev, native_only=native_only, only=only, texel_modes=texel_modes)
         origins = {p["name"]: p["spirv_origin"] for p in dev.pipeline_stats()}
         dev.check()
     summary["pipeline_spirv_origins"] = origins
@@ -398,8 +422,9 @@ def main() -> int:
     assert not missing, (
         f"variants requested but not declared with spirv.register_variants: {sorted(missing)}"
     )
-    unrun = unrequested_variants(native, native_only=native_only)
-    assert not unrun, f"declared variants the tour never ran: {sorted(unrun)}"
+    if only is None and not args.texel_only:
+        unrun = unrequested_variants(native, native_only=native_only)
+        assert not unrun, f"declared variants the tour never ran: {sorted(unrun)}"
     if args.installed:
         other = {k: v for k, v in origins.items() if v != "shipped"}
         assert not other, f"pipelines whose SPIR-V did not come from the wheel: {other}"

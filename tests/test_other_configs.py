@@ -5,14 +5,18 @@
 * the staging path (``VKCORE_FORCE_STAGING=1``): device-local buffers reached through a
   staging buffer, as on a discrete GPU without resizable BAR.
 
-Each runs ``tests/kernel_tour.py`` (every shader variant, checked against numpy) under the
-validation layer, and asserts that the configuration really took effect.
+Each runs ``tests/kernel_tour.py`` (every kernel tour, checked against numpy) under the
+validation layer, and asserts that the configuration really took effect. The tours read
+through texel buffers only (the storage-load variants are the same arithmetic, run by the
+full tour in-process), and start from this session's SPIR-V cache: SPIR-V does not depend
+on these settings, the driver's compilation (what they change) still happens.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,11 +28,16 @@ REPO = TOUR.parents[1]
 
 
 def run_tour(tmp_path: Path, env_extra: dict[str, str], *flags: str) -> dict:
-    env = dict(os.environ, VKCORE_VALIDATION="1", VKCORE_CACHE_DIR=str(tmp_path / "cache"))
+    cache = tmp_path / "cache"
+    session_spirv = Path(os.environ["VKCORE_CACHE_DIR"]) / "spirv"
+    if session_spirv.is_dir():
+        shutil.copytree(session_spirv, cache / "spirv")
+        cache.chmod(0o700)
+    env = dict(os.environ, VKCORE_VALIDATION="1", VKCORE_CACHE_DIR=str(cache))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env.update(env_extra)
     out = subprocess.run(
-        [sys.executable, str(TOUR), "--native-only", *flags],  # the variants this device runs
+        [sys.executable, str(TOUR), "--native-only", "--texel-only", *flags],
         capture_output=True,
         text=True,
         timeout=400,
