@@ -75,6 +75,7 @@ PATHS = {
     "matvec_rows": {("matvec", "float"), ("matvec", "int8"), ("matvec", "uint8")},
     "matvec_f32_rows": {("matvec_f32", "float32")},
     "quant_rows": {("quantize", "asymmetric"), ("dequantize", "")},
+    "matvec_dot": {("matvec", "int8"), ("matvec", "uint8")},
 }
 
 
@@ -83,6 +84,7 @@ PATH_NAMES = {
     "matvec_rows": {"float", "int8", "uint8"},
     "matvec_f32_rows": {"float32"},
     "quant_rows": {"quantize", "dequantize"},
+    "matvec_dot": {"int8", "uint8"},
 }
 
 
@@ -281,3 +283,26 @@ def write_choices(device, **choices):
     record = {"format": tune.FORMAT, "key": tune.key_of(device), "choices": choices}
     path.write_text(json.dumps(tune.encode(record)))
     tune.forget(device)
+
+
+def test_a_stored_dot_choice_steers_the_integer_matvec(device, clean, rng):
+    """matvec_dot = 1 (stored by tune where the device has the instruction but does not
+    mark it accelerated) runs the DOT variant, bit for bit; 0 or no file keeps bitfield."""
+    from vkcore.kernels import matvec_groups as mg
+
+    assert device.info.integer_dot_product and not device.info.integer_dot_product_8bit_accelerated
+    w = (rng.standard_normal((37, 100)) * 0.1).astype(np.float32)
+    x = rng.standard_normal(100).astype(np.float32)
+    qt = vkcore.quantize(w, device=device)
+    try:
+        assert not mg.use_dot(device, qt, "int8")
+        write_choices(device, matvec_dot=1)
+        assert mg.use_dot(device, qt, "int8") and mg.use_dot(device, qt, "uint8")
+        assert not mg.use_dot(device, qt, "float")
+        assert_every_matvec_mode(device, w, x)  # exact modes bit for bit on the DOT path
+        assert any("DOT=1" in p["name"] for p in device.pipeline_stats())
+        write_choices(device, matvec_dot=0)
+        assert not mg.use_dot(device, qt, "int8")
+    finally:
+        qt.release()
+    assert tune.allowed(device, "matvec_dot") == {0, 1}

@@ -25,7 +25,7 @@ import os
 import signal
 import threading
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import config, vkapi
@@ -473,20 +473,26 @@ class Device:
             push_size,
             tuple(sorted((texel or {}).items())),
         )
+        return self._pipeline_for(
+            key,
+            lambda: Pipeline(
+                self,
+                shader,
+                dict(defines or {}),
+                dict(spec or {}),
+                buffers,
+                push_size,
+                dict(texel or {}),
+            ),
+        )
+
+    def _pipeline_for(self, key: tuple[Any, ...], make: Callable[[], Pipeline]) -> Pipeline:
+        """The pipeline kept under ``key``, made by ``make()`` on first use."""
         with self.lock:
             self.check()
             pipe = self._pipelines.get(key)
             if pipe is None:
-                pipe = Pipeline(
-                    self,
-                    shader,
-                    dict(defines or {}),
-                    dict(spec or {}),
-                    buffers,
-                    push_size,
-                    dict(texel or {}),
-                )
-                self._pipelines[key] = pipe
+                pipe = self._pipelines[key] = make()
             return pipe
 
     def program_pipeline(
@@ -511,23 +517,20 @@ class Device:
             push_size,
             tuple(sorted(texel.items())),
         )
-        with self.lock:
-            self.check()
-            pipe = self._pipelines.get(key)
-            if pipe is None:
-                pipe = Pipeline(
-                    self,
-                    name,
-                    {},
-                    dict(spec),
-                    len(bindings),
-                    push_size,
-                    dict(texel),
-                    code=code,
-                    bindings=bindings,
-                )
-                self._pipelines[key] = pipe
-            return pipe
+        return self._pipeline_for(
+            key,
+            lambda: Pipeline(
+                self,
+                name,
+                {},
+                dict(spec),
+                len(bindings),
+                push_size,
+                dict(texel),
+                code=code,
+                bindings=bindings,
+            ),
+        )
 
     def pipeline_stats(self) -> list[dict[str, Any]]:
         """Per pipeline: name, creation time and whether the pipeline cache was hit."""

@@ -56,7 +56,7 @@ SUFFIX = ".tune.json"
 MAX_BYTES = 1 << 20
 # Parameters a tune file may hold; the rows parameters with the values worth timing (and
 # the only ones accepted from a file).
-PARAMETERS = ("softmax_workgroup", "matvec_rows", "matvec_f32_rows", "quant_rows")
+PARAMETERS = ("softmax_workgroup", "matvec_rows", "matvec_f32_rows", "quant_rows", "matvec_dot")
 ROW_CANDIDATES: dict[str, tuple[int, ...]] = {
     "matvec_rows": (4, 8, 16, 32),
     "matvec_f32_rows": (4, 8, 16),
@@ -81,8 +81,8 @@ def _workgroup_limit(device: Device) -> int:
 
 def allowed(device: Device, name: str) -> frozenset[int]:
     """Exactly the values ``tune`` may store for ``name`` on ``device``."""
-    if name == "softmax_workgroup":
-        return frozenset(candidates(device))
+    if name in ("softmax_workgroup", "matvec_dot"):
+        return frozenset(values(device, name))
     return frozenset(ROW_CANDIDATES[name])
 
 
@@ -274,7 +274,11 @@ def _paths(
             return
         w = (rng.standard_normal(shape, dtype=np.float32) * 0.05).astype(np.float32)
         xv = rng.standard_normal(shape[1], dtype=np.float32)
-        if name == "matvec_rows":  # one weight layout (the default), every activation mode
+        if name == "matvec_dot":  # 8-bit per-channel weights, the modes the dot path serves
+            qt = vkcore.quantize(w, device=device)
+            held.append(qt)
+            yield {a: functools.partial(_matvec, qt, xv, a) for a in ("int8", "uint8")}
+        elif name == "matvec_rows":  # one weight layout (the default), every activation mode
             qt = vkcore.quantize(w, device=device)
             held.append(qt)
             yield {a: functools.partial(_matvec, qt, xv, a) for a in ("float", "int8", "uint8")}
@@ -318,6 +322,8 @@ def values(device: Device, name: str) -> list[int]:
     """The candidate values ``tune`` times for ``name``, in order."""
     if name == "softmax_workgroup":
         return candidates(device)
+    if name == "matvec_dot":  # 1: OpSDot where the device has the instruction at all
+        return [0, 1] if device.info.integer_dot_product else [0]
     return list(ROW_CANDIDATES[name])
 
 

@@ -115,8 +115,14 @@ def dot_default(info: DeviceInfo) -> bool:
 
 
 def use_dot(device: Device, qt: Any, activations: str) -> bool:
-    """Whether this integer-mode call runs the DOT=1 variant (module docstring): a pure
-    function of the device's reported properties and the layout."""
+    """Whether this integer-mode call runs the DOT=1 variant (module docstring): where
+    the device marks 4x8-bit dot products accelerated, else what ``vkcore tune`` measured
+    and stored for it (``matvec_dot``; only offered where the device has the
+    instruction), else not. Never on packed codes or without shaderIntegerDotProduct."""
+    from .. import tune
+
     if activations not in ("int8", "uint8") or getattr(qt, "packed", False):
         return False
-    return dot_default(device.info)
+    if not dot_capable(device.info):
+        return False
+    return dot_default(device.info) or tune.choice(device, "matvec_dot") == 1
