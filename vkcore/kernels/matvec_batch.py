@@ -113,9 +113,14 @@ def is_batch(x: Any) -> bool:
     return False
 
 
-def batch_tile(device: Device) -> tuple[int, int]:
-    """(rows per workgroup, columns per tile): specialization constants 1 and 2."""
-    return ROWS, COLS
+def batch_tile(device: Device, b: int = COLS) -> tuple[int, int]:
+    """(rows per workgroup, columns per tile): specialization constants 1 and 2. A batch
+    narrower than COLS gets the next power of two (a tile costs about the same whatever
+    share of its columns is used: on lavapipe b = 2 in a tile of 8 cost 4x per column)."""
+    cols = 2
+    while cols < min(b, COLS):
+        cols *= 2
+    return ROWS, cols
 
 
 # --------------------------------------------------------------------------- entry points
@@ -284,7 +289,7 @@ def _pipeline(mat: QuantizedTensor | mv.F32Matrix, mode: int, act: Buffer, layou
     afmt = "rgba32ui" if integer else "rgba32f"
     texel = viewable(act, afmt) and all(viewable(ch.buffer, wfmt) for ch in mat.chunks)
     signed = True if isinstance(mat, mv.F32Matrix) else mat.symmetric
-    rows, cols = batch_tile(dev)
+    rows, cols = batch_tile(dev, layout.b)
     return dev.pipeline(
         "matvec_batch.comp",
         defines={
@@ -311,7 +316,7 @@ def _passes(dev: Device, layout: _Layout) -> list[tuple[int, int, int, int]]:
     """(g_begin, g_end, c_begin, c_end) of each pass, in order: the columns cut into
     slices and the groups into ranges so that one invocation's loops stay within
     LOOP_BUDGET; a range continues the sum the one before stored in y."""
-    rows, cols = batch_tile(dev)
+    rows, cols = batch_tile(dev, layout.b)
     spanned = c.ceil_div(layout.group_cols, layout.cols_per_block) + 1  # blocks of a group
     per_group = rows * cols * LOOPS_PER_SUM + c.ceil_div(spanned, mv.workgroup_size(dev)) + 4
     tiles_per_slice = max(1, LOOP_BUDGET // per_group)
