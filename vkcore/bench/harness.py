@@ -193,3 +193,19 @@ def device_side_by_side(
                 return [], []
             (base if which == 0 else cand).append(seconds)
     return base, cand
+
+
+def call_against_floor(
+    dev: Device, call: Callable[[], Any], repeats: int
+) -> tuple[list[float], list[float]]:
+    """Wall seconds of ``call`` and of resubmitting the recording it keeps (the floor
+    under any call that runs the same commands), alternating, after one warm-up call."""
+    call()  # records the command buffer the floor resubmits
+    floor: list[float] = []
+    calls: list[float] = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        calls.append(time.perf_counter() - start)
+        floor.extend(dev.submitter.resubmit_seconds(1))
+    return floor, calls

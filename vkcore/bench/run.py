@@ -16,7 +16,7 @@ import numpy as np
 import vkcore
 
 from ..device import Device
-from . import format_cases
+from . import format_cases, program_cases
 from .baselines import copy_bandwidth, kernel_copy_bandwidth
 from .harness import Comparison, Progress
 from .quant_cases import matvec_comparisons, quantize_comparison
@@ -118,6 +118,12 @@ def run_bench(
         ("softmax vs numpy 4096x4096", lambda: softmax_vs_numpy(dev, (4096, 4096), reps, rng))
     )
     steps.append(("tiny softmax overhead", lambda: tiny_overhead(dev, 50 if quick else 200, rng)))
+    steps.append(
+        (
+            "tiny program overhead",
+            lambda: program_cases.tiny_program_overhead(dev, 50 if quick else 200, rng),
+        )
+    )
     if quant:
         steps += [
             (f"matvec {m}x{n}", partial(matvec_comparisons, dev, [(m, n)], reps, rng))

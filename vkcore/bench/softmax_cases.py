@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -12,7 +11,7 @@ import vkcore
 
 from ..device import Device
 from .baselines import numpy_log_softmax, numpy_softmax
-from .harness import Comparison, device_side_by_side, side_by_side
+from .harness import Comparison, call_against_floor, device_side_by_side, side_by_side
 
 # Online/safe shapes of at most SMALL_SHAPE_ELEMENTS take ~0.1 ms, and a call swings by
 # +-50% with thread wake-ups: they get SMALL_SHAPE_REPEAT_FACTOR times more pairs.
@@ -117,14 +116,7 @@ def softmax_vs_numpy(
 def tiny_overhead(dev: Device, repeats: int, rng: Any) -> Iterator[Comparison]:
     """A 1x256 softmax call, numpy in and out, against resubmitting its own recording."""
     x = rng.standard_normal((1, 256), dtype=np.float32)
-    vkcore.softmax(x, device=dev)  # records the command buffer the floor resubmits
-    floor: list[float] = []
-    calls: list[float] = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        vkcore.softmax(x, device=dev)
-        calls.append(time.perf_counter() - start)
-        floor.extend(dev.submitter.resubmit_seconds(1))
+    floor, calls = call_against_floor(dev, lambda: vkcore.softmax(x, device=dev), repeats)
     yield Comparison(
         "tiny_overhead",
         "tiny softmax call vs resubmit floor (wall)",

@@ -17,6 +17,7 @@ TARGETS: dict[str, tuple[str, float, str]] = {
     "int8_vs_blas": (">=", 1.0, "INT8 matvec vs numpy BLAS float32 matvec"),
     "quantize_vs_numpy": (">=", 3.0, "quantize vs numpy"),
     "tiny_overhead": ("<=", 2.0, "tiny softmax end to end vs prerecorded-submit floor"),
+    "program_tiny_overhead": ("<=", 1.5, "tiny Program dispatch vs prerecorded-submit floor"),
     "fp32_vs_q4g128_wall": (">=", 4.0, "4-bit group-128 matvec vs fp32 matvec, 4096x4096, wall"),
     "fp32_vs_q4g128_device": (">=", 5.0, "4-bit group-128 vs fp32 matvec, 4096x4096, device"),
     "int8_group_vs_channel": (">=", 0.85, "int8 group 128 vs int8 per channel (worst mode)"),
