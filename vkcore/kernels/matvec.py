@@ -324,10 +324,10 @@ def _matvec(
     groups = 1 if isinstance(mat, F32Matrix) else mg.groups(mat)
     count = m * groups if out_acc else m  # y, or the accumulators of every group
     with dev.lock:
-        xbuf = _input_buffer(mat, xv, "x")
+        xbuf = input_buffer(mat, xv, "x")
         if not _q.vectors_fit(dev, m * groups):
             return _matvec_by_chunks(mat, mode, xbuf, xv, bv, out_acc)
-        bbuf = c.dummy_buffer(dev) if bv is None else _input_buffer(mat, bv, "bias")
+        bbuf = c.dummy_buffer(dev) if bv is None else input_buffer(mat, bv, "bias")
         y_tensor = Tensor.empty((count,), np.float32, dev) if isinstance(xv, Tensor) else None
         ybuf = y_tensor.buffer if y_tensor is not None else mat.scratch_buffer("y", 4 * count)
         assert ybuf is not None
@@ -440,7 +440,8 @@ def _param_arrays(qt: QuantizedTensor) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(qt.scale, np.float32), np.asarray(qt.zero_point, np.int32)
 
 
-def _input_buffer(mat: QuantizedTensor | F32Matrix, v: np.ndarray | Tensor, name: str) -> Buffer:
+def input_buffer(mat: QuantizedTensor | F32Matrix, v: np.ndarray | Tensor, name: str) -> Buffer:
+    """A Tensor's own buffer, or the array written into ``mat``'s scratch buffer ``name``."""
     if isinstance(v, Tensor):
         assert v.buffer is not None
         return v.buffer

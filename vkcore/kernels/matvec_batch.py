@@ -194,12 +194,7 @@ def _batched(mat: QuantizedTensor | mv.F32Matrix, x: Any, bias: Any, mode: int) 
     layout = _Layout(mat, mode, b)
     layout.check(dev)
     with dev.lock:
-        if isinstance(xv, Tensor):
-            assert xv.buffer is not None
-            xbuf = xv.buffer
-        else:
-            xbuf = mat.scratch_buffer("xb", xv.nbytes)
-            xbuf.write(xv)
+        xbuf = mv.input_buffer(mat, xv, "xb")
         act = mat.scratch_buffer("actb", 16 * b * layout.act_stride)
         steps = [_prepare(mat, mode, xbuf, act, layout)]
         whole = 4 * m * b <= _q.binding_limit(dev) and _q.vectors_fit(dev, m)
@@ -380,13 +375,7 @@ def _run_whole(
     y_tensor = Tensor.empty((m, b), np.float32, dev) if tensor_out else None
     ybuf = y_tensor.buffer if y_tensor is not None else mat.scratch_buffer("yb", 4 * m * b)
     assert ybuf is not None
-    bbuf = c.dummy_buffer(dev)
-    if isinstance(bias, Tensor):
-        assert bias.buffer is not None
-        bbuf = bias.buffer
-    elif bias is not None:
-        bbuf = mat.scratch_buffer("biasb", bias.nbytes)
-        bbuf.write(bias)
+    bbuf = c.dummy_buffer(dev) if bias is None else mv.input_buffer(mat, bias, "biasb")
     scale, zero = _params(mat)
     pipe = _pipeline(mat, mode, act, layout)
     for part in _passes(dev, layout):
