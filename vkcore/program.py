@@ -325,7 +325,11 @@ class _Argument:
     @classmethod
     def of(cls, prog: Program, b: reflect.Binding, x: Any, index: int) -> _Argument:
         plain = type(x) is np.ndarray and x.flags.c_contiguous and x.dtype != object
-        if plain and _size_fits(prog, b, x.nbytes) and (x.flags.writeable or not b.writable):
+        if (
+            plain
+            and _size_problem(prog, b, x.nbytes) is None
+            and (x.flags.writeable or not b.writable)
+        ):
             return cls(b, None, x, b.writable)  # the common case: nothing to say
         what = f"buffer {index} (binding {b.binding}{' ' + b.name if b.name else ''})"
         if isinstance(x, Tensor):
@@ -380,45 +384,36 @@ class _Argument:
             self.staged = None
 
 
-def _size_fits(prog: Program, b: reflect.Binding, nbytes: int) -> bool:
-    """Whether _check_size would accept ``nbytes`` (without building its messages)."""
-    if nbytes == 0 or b.binding in prog.texel:
-        return False  # the checked path decides (texel sizes, the empty-buffer error)
-    if nbytes < b.fixed_bytes or (b.stride and (nbytes - b.fixed_bytes) % b.stride):
-        return False
+def _size_problem(prog: Program, b: reflect.Binding, nbytes: int) -> str | None:
+    """What is wrong with a buffer of ``nbytes`` for binding ``b``, or None if it fits
+    (the binding rules of the module docstring, in this one place)."""
+    if nbytes == 0:
+        return "empty (a Vulkan buffer holds at least one byte)"
+    fmt = prog.texel.get(b.binding)
+    if fmt is not None:
+        texel = _TEXEL_BYTES[fmt]
+        return (
+            None
+            if nbytes % texel == 0
+            else f"{nbytes} bytes is not whole {fmt} texels ({texel} bytes)"
+        )
+    if nbytes < b.fixed_bytes:
+        return f"{nbytes} bytes is smaller than the block's fixed part ({b.fixed_bytes} bytes)"
+    if b.stride and (nbytes - b.fixed_bytes) % b.stride:
+        return (
+            f"{nbytes} bytes is not the block's {b.fixed_bytes} fixed bytes plus whole "
+            f"elements of {b.stride} bytes"
+        )
     limit = UNIFORM_BLOCK_LIMIT if b.kind == reflect.UNIFORM_BUFFER else prog.max_binding
-    return nbytes <= limit
+    if nbytes > limit:
+        return f"{nbytes} bytes is more than one binding may cover ({limit} bytes)"
+    return None
 
 
 def _check_size(prog: Program, b: reflect.Binding, nbytes: int, what: str) -> None:
-    if nbytes == 0:
-        raise ValueError(f"{what} is empty (a Vulkan buffer holds at least one byte)")
-    if b.binding in prog.texel:
-        texel = _TEXEL_BYTES[prog.texel[b.binding]]
-        if nbytes % texel:
-            raise ValueError(
-                f"{what}: {nbytes} bytes is not whole {prog.texel[b.binding]} texels "
-                f"({texel} bytes)"
-            )
-        return
-    if nbytes < max(b.fixed_bytes, 1):
-        raise ValueError(
-            f"{what}: {nbytes} bytes is smaller than the block's fixed part ({b.fixed_bytes} bytes)"
-        )
-    if b.stride and (nbytes - b.fixed_bytes) % b.stride:
-        raise ValueError(
-            f"{what}: {nbytes} bytes is not the block's {b.fixed_bytes} fixed bytes plus whole "
-            f"elements of {b.stride} bytes"
-        )
-    limit = (
-        UNIFORM_BLOCK_LIMIT
-        if b.kind == reflect.UNIFORM_BUFFER
-        else prog.device.info.max_storage_buffer_range
-    )
-    if nbytes > limit:
-        raise ValueError(
-            f"{what}: {nbytes} bytes is more than one binding may cover ({limit} bytes)"
-        )
+    problem = _size_problem(prog, b, nbytes)
+    if problem is not None:
+        raise ValueError(f"{what}: {problem}")
 
 
 def _pack_member(m: reflect.PushMember, value: Any) -> bytes:
