@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from . import reflect, spirv
+from . import interface_file, reflect, spirv
 from .commands import Dispatch
 from .device import Device, resolve
 from .memory import Buffer, Tensor, buffer_pool
@@ -74,16 +74,58 @@ class Program:
         texel: Mapping[int, str] | None = None,
         device: Device | None = None,
     ) -> None:
-        self.device = resolve(device)
-        self.code = _code(source, path, spirv, include_dirs, defines)
+        code = _code(source, path, spirv, include_dirs, defines)
         try:
-            self.interface = reflect.reflect(self.code.code)
+            interface = reflect.reflect(code.code)
         except reflect.ReflectionError as exc:
             raise ValueError(f"spirv: {exc}") from None
-        self.name = self._display_name(source, path)
-        self.bindings = self.interface.bindings
-        self.push = self.interface.push
-        self.spec_constants = self.interface.spec
+        name = self._display_name(source, path)
+        self._build(code, interface, name, spec, workgroup, texel, device)
+
+    @classmethod
+    def builtin(
+        cls,
+        shader: str,
+        *,
+        defines: Mapping[str, int | str] | None = None,
+        spec: Mapping[str | int, Any] | None = None,
+        workgroup: int | Sequence[int] | None = None,
+        texel: Mapping[int, str] | None = None,
+        device: Device | None = None,
+    ) -> Program:
+        """vkcore's own shader ``shader`` (a file of :func:`vkcore.spirv.shader_dir`) with
+        ``defines``: the SPIR-V shipped in the wheel (else the SPIR-V cache, else compiled
+        once) and, for shipped variants, the interface reflected when the wheel was built,
+        so an installed wheel needs neither compiler nor reflection at run time. The
+        built-in kernels are Programs made this way; everything else is as for a user's."""
+        code = spirv.get(shader, dict(defines or {}))
+        interface = None
+        if code.origin == "shipped":
+            interface = interface_file.shipped(code.code, spirv.shipped_dir())
+        if interface is None:
+            interface = reflect.reflect(code.code)
+        name = shader + "".join(f" {k}={v}" for k, v in sorted((defines or {}).items()))
+        prog = cls.__new__(cls)
+        prog._build(code, interface, name, spec, workgroup, texel, device)
+        return prog
+
+    def _build(
+        self,
+        code: spirv.Spirv,
+        interface: reflect.Interface,
+        name: str,
+        spec: Mapping[str | int, Any] | None,
+        workgroup: int | Sequence[int] | None,
+        texel: Mapping[int, str] | None,
+        device: Device | None,
+    ) -> None:
+        self.device = resolve(device)
+        self.code = code
+        self.interface = interface
+        self.name = name
+        self.bindings = interface.bindings
+        self.push = interface.push
+        self.spec_constants = interface.spec
         self._check_bindings()
         self.texel = _texel_formats(self.device, self.bindings, texel)
         self.spec = self._spec_values(spec, workgroup)
@@ -240,6 +282,47 @@ class Program:
                 for a in args:
                     a.give_back(pool)
 
+    def record(
+        self,
+        *buffers: Buffer | Tensor,
+        groups: int | Sequence[int] = 1,
+        push: bytes | None = None,
+        **values: Any,
+    ) -> Dispatch:
+        """This program's dispatch over device memory, checked as a call is, to submit with
+        others: ``device.submitter.run([...])`` records a list of steps in one command
+        buffer, with a barrier wherever a step reads what an earlier one wrote. Buffers are
+        :class:`Buffer`\\ s or :class:`Tensor`\\ s of this device, in binding order; a
+        buffer may end in a partial runtime-array element or texel, which the shader cannot
+        reach (a kernel binding a larger buffer says in its push constants what it reads)."""
+        grid = self._grid(groups)
+        push_bytes = self._push_bytes(push, values)
+        if len(buffers) != len(self.bindings):
+            raise TypeError(
+                f"{self.name} takes {len(self.bindings)} buffers (bindings "
+                f"{[b.binding for b in self.bindings]}), got {len(buffers)}"
+            )
+        bound = tuple(
+            self._device_buffer(b, x, i)
+            for i, (b, x) in enumerate(zip(self.bindings, buffers, strict=True))
+        )
+        return Dispatch(self.pipeline, bound, push_bytes, grid)
+
+    def _device_buffer(self, b: reflect.Binding, x: Any, index: int) -> Buffer:
+        buf = x.buffer if isinstance(x, Tensor) else x
+        fits = isinstance(buf, Buffer) and buf.device is self.device and buf.alive
+        if fits and _size_problem(self, b, buf.nbytes, whole_elements=False) is None:
+            return buf
+        what = f"buffer {index} (binding {b.binding}{' ' + b.name if b.name else ''})"
+        if not isinstance(buf, Buffer):
+            raise TypeError(f"{what} must be a vkcore Buffer or Tensor, got {type(x).__name__}")
+        if buf.device is not self.device:
+            raise ValueError(f"{what} is on another device")
+        if not buf.alive:
+            raise ValueError(f"{what} is released")
+        _check_size(self, b, buf.nbytes, what, whole_elements=False)
+        return buf
+
     def _grid(self, groups: int | Sequence[int]) -> tuple[int, int, int]:
         if type(groups) is int and 1 <= groups <= self._max_groups_x:  # the common case
             return groups, 1, 1
@@ -384,22 +467,24 @@ class _Argument:
             self.staged = None
 
 
-def _size_problem(prog: Program, b: reflect.Binding, nbytes: int) -> str | None:
+def _size_problem(
+    prog: Program, b: reflect.Binding, nbytes: int, whole_elements: bool = True
+) -> str | None:
     """What is wrong with a buffer of ``nbytes`` for binding ``b``, or None if it fits
-    (the binding rules of the module docstring, in this one place)."""
+    (the binding rules of the module docstring, in this one place). ``whole_elements``
+    False (a recorded Buffer): a texel binding views the buffer's whole texels, so bytes
+    past the last whole texel are allowed (and not visible to the shader)."""
     if nbytes == 0:
         return "empty (a Vulkan buffer holds at least one byte)"
     fmt = prog.texel.get(b.binding)
     if fmt is not None:
         texel = _TEXEL_BYTES[fmt]
-        return (
-            None
-            if nbytes % texel == 0
-            else f"{nbytes} bytes is not whole {fmt} texels ({texel} bytes)"
-        )
+        if nbytes < texel or (whole_elements and nbytes % texel):
+            return f"{nbytes} bytes is not whole {fmt} texels ({texel} bytes)"
+        return None
     if nbytes < b.fixed_bytes:
         return f"{nbytes} bytes is smaller than the block's fixed part ({b.fixed_bytes} bytes)"
-    if b.stride and (nbytes - b.fixed_bytes) % b.stride:
+    if whole_elements and b.stride and (nbytes - b.fixed_bytes) % b.stride:
         return (
             f"{nbytes} bytes is not the block's {b.fixed_bytes} fixed bytes plus whole "
             f"elements of {b.stride} bytes"
@@ -410,8 +495,10 @@ def _size_problem(prog: Program, b: reflect.Binding, nbytes: int) -> str | None:
     return None
 
 
-def _check_size(prog: Program, b: reflect.Binding, nbytes: int, what: str) -> None:
-    problem = _size_problem(prog, b, nbytes)
+def _check_size(
+    prog: Program, b: reflect.Binding, nbytes: int, what: str, whole_elements: bool = True
+) -> None:
+    problem = _size_problem(prog, b, nbytes, whole_elements)
     if problem is not None:
         raise ValueError(f"{what}: {problem}")
 

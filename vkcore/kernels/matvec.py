@@ -40,10 +40,11 @@ import numpy as np
 from ..commands import Dispatch
 from ..device import Device, resolve
 from ..memory import Buffer, Tensor, asarray, buffer_pool
+from ..program import Program
 from . import _common as c
 from . import matvec_groups as mg
+from . import programs, variants
 from . import quant as _q
-from . import variants
 from .quant import (
     BLOCK,
     Chunk,
@@ -66,7 +67,6 @@ ACT_MAX = {"int8": 127, "uint8": 255}
 ACT_INV = {"int8": np.float32(1 / 127), "uint8": np.float32(1 / 255)}
 ACT_TINY = np.float32(2.0**-96)
 ACT_WORKGROUP = 64
-_BUFFERS = 8
 # (WSIGNED, ASYM): int8 storage for symmetric weights, uint8 with zero points otherwise.
 _STORAGE = ((1, 0), (0, 1))
 
@@ -389,7 +389,7 @@ def _matvec_by_chunks(
 
     try:
         steps: list[Dispatch] = []
-        pipe, act, act_vec, blocks = _kernel(mat, mode, xbuf, steps)
+        prog, act, act_vec, blocks = _kernel(mat, mode, xbuf, steps)
         params = _param_arrays(mat) if isinstance(mat, QuantizedTensor) else None
         ys = []
         for ch, start, rows in _pieces(mat, groups):
@@ -413,7 +413,7 @@ def _matvec_by_chunks(
                 words += (int(out_acc),)
             buffers = (ch.buffer, scale, zero, rowsum, act, act_vec, bbuf, ys[-1][2])
             grid = _grid(dev, rows, _pipe_mode(mat, mode))
-            steps.append(Dispatch(pipe, buffers, c.pack_u32(*words), grid))
+            steps.append(prog.record(*buffers, groups=grid, push=c.pack_u32(*words)))
         dev.submitter.run(steps)
         out = np.empty(mat.shape[0] * per, dtype=np.float32)
         for row0, rows, ybuf in ys:
@@ -469,7 +469,7 @@ def _steps(
         scale, zero = _whole_groups(mat)  # they fit one binding (else _matvec_by_chunks)
         per_channel = int(mat.per_channel)
         rowsum = _rowsum(mat, steps, made) if mode == MODES["uint8"] else dummy
-    pipe, act, act_vec, blocks = _kernel(mat, mode, xbuf, steps)
+    prog, act, act_vec, blocks = _kernel(mat, mode, xbuf, steps)
     n = mat.shape[1]
     for ch in mat.chunks:
         if isinstance(mat, QuantizedTensor) and mg.grouped(mat):
@@ -479,7 +479,8 @@ def _steps(
         else:
             push = c.pack_u32(blocks, n, ch.rows, ch.row0, per_channel, int(has_bias), int(out_acc))
         buffers = (ch.buffer, scale, zero, rowsum, act, act_vec, bbuf, ybuf)
-        steps.append(Dispatch(pipe, buffers, push, _grid(dev, ch.rows, _pipe_mode(mat, mode))))
+        grid = _grid(dev, ch.rows, _pipe_mode(mat, mode))
+        steps.append(prog.record(*buffers, groups=grid, push=push))
     return steps
 
 
@@ -495,19 +496,19 @@ def _pipe_mode(mat: QuantizedTensor | F32Matrix, mode: int) -> int:
 
 def _kernel(
     mat: QuantizedTensor | F32Matrix, mode: int, xbuf: Buffer, steps: list[Dispatch]
-) -> tuple[Any, Buffer, Buffer, int]:
-    """The matvec pipeline, its two activation bindings and the blocks per stored row;
+) -> tuple[Program, Buffer, Buffer, int]:
+    """The matvec program, its two activation bindings and the blocks per stored row;
     the integer modes append the step that quantizes x."""
     if isinstance(mat, F32Matrix):
-        pipe = _pipeline(mat.device, MODE_F32, True, False, _texel(mat, MODE_F32, xbuf))
-        return pipe, xbuf, xbuf, mat.row_floats // BLOCK
+        prog = _program(mat.device, MODE_F32, True, False, _texel(mat, MODE_F32, xbuf))
+        return prog, xbuf, xbuf, mat.row_floats // BLOCK
     act, act_vec = xbuf, xbuf
     if mode in (MODES["int8"], MODES["uint8"]):
         act = _quantize_activations(mat, xbuf, mode, steps)
         act_vec = c.dummy_buffer(mat.device)
     texel = _texel(mat, mode, act)
-    pipe = _pipeline(mat.device, mode, mat.symmetric, not mat.symmetric, texel, _layout(mat, mode))
-    return pipe, act, act_vec, mat.row_bytes // BLOCK
+    prog = _program(mat.device, mode, mat.symmetric, not mat.symmetric, texel, _layout(mat, mode))
+    return prog, act, act_vec, mat.row_bytes // BLOCK
 
 
 def _layout(qt: QuantizedTensor, mode: int) -> tuple[int, int, int]:
@@ -550,14 +551,14 @@ def _texel(mat: QuantizedTensor | F32Matrix, mode: int, act: Buffer | None) -> b
     return True
 
 
-def _pipeline(
+def _program(
     dev: Device,
     mode: int,
     signed: bool,
     asym: bool,
     texel: bool,
     layout: tuple[int, int, int] = (0, 0, 0),
-) -> Any:
+) -> Program:
     formats: dict[int, str] = {}
     if texel:
         formats[0] = "rgba32f" if mode == MODE_F32 else "rgba32ui"
@@ -568,15 +569,15 @@ def _pipeline(
     grouped, packed, dot = layout
     if texel and grouped:
         formats.update({1: "r32f", 2: "r32ui"})
-    return dev.pipeline(
+    return programs.program(
+        dev,
         "matvec.comp",
-        defines={
+        {
             **_defines(mode, signed, asym, texel, grouped, packed, dot),
             **variants.defines(dev.info, exact=_exact(mode), reduces=_reduces(mode, grouped)),
         },
-        spec={0: workgroup_size(dev), 1: rows_per_workgroup(dev, mode)},
-        buffers=_BUFFERS,
-        push_size=mg.PUSH_BYTES if grouped else 28,
+        workgroup=workgroup_size(dev),
+        spec={"ROWS": rows_per_workgroup(dev, mode)},
         texel=formats or None,
     )
 
@@ -614,14 +615,14 @@ def _rowsum_step(
     dev = qt.device
     layout = (int(mg.grouped(qt)), int(getattr(qt, "packed", False)), 0)
     texel = _texel(qt, MODE_ROWSUM, None)
-    pipe = _pipeline(dev, MODE_ROWSUM, qt.symmetric, not qt.symmetric, texel, layout)
+    prog = _program(dev, MODE_ROWSUM, qt.symmetric, not qt.symmetric, texel, layout)
     if layout[0]:
         words = mg.push_words(qt, workgroup_size(dev), rows, row0, prow0, start, (0, 0))
     else:
         words = (qt.row_bytes // BLOCK, qt.shape[1], rows, row0, int(qt.per_channel), 0, 0)
     dummy = c.dummy_buffer(dev)
     buffers = (ch.buffer, scale, zero, out, dummy, dummy, dummy, dummy)
-    return Dispatch(pipe, buffers, c.pack_u32(*words), _grid(dev, rows, MODE_ROWSUM))
+    return prog.record(*buffers, groups=_grid(dev, rows, MODE_ROWSUM), push=c.pack_u32(*words))
 
 
 def _quantize_activations(
@@ -633,13 +634,12 @@ def _quantize_activations(
     words = mg.stored_columns(qt) // 4  # packed rows span twice their bytes in columns
     out = qt.scratch_buffer("qx", 16 + 4 * words)
     activations = "int8" if mode == 1 else "uint8"
-    pipe = dev.pipeline(
+    prog = programs.program(
+        dev,
         "quantize_act.comp",
-        defines={"ACT": mode, **variants.defines(dev.info, exact=True, reduces=True)},
-        spec={0: ACT_WORKGROUP},
-        buffers=2,
-        push_size=16,
+        {"ACT": mode, **variants.defines(dev.info, exact=True, reduces=True)},
+        workgroup=ACT_WORKGROUP,
     )
     push = c.pack_u32(n, words) + np.array([ACT_INV[activations], ACT_TINY], dtype="<f4").tobytes()
-    steps.append(Dispatch(pipe, (xbuf, out), push, (1, 1, 1)))
+    steps.append(prog.record(xbuf, out, push=push))
     return out

@@ -43,17 +43,16 @@ import numpy as np
 from ..commands import Dispatch
 from ..device import Device
 from ..memory import Buffer, Tensor, asarray, buffer_pool
+from ..program import Program
 from . import _common as c
 from . import matvec as mv
+from . import programs, variants
 from . import quant as _q
-from . import variants
 from .quant import BLOCK, QuantizedTensor
 
 ROWS = 4  # rows per workgroup
 COLS = 8  # columns per tile (registers: ROWS * COLS accumulators per invocation)
 MODE_F32 = 3
-_BUFFERS = 6
-_PUSH = 56
 # Loop iterations one invocation may run (estimated by _passes, with margin): llvmpipe
 # ends every loop of an invocation once 65,535 iterations of all its loops have run
 # (LP_MAX_TGSI_LOOP_ITERATIONS; seen here as a wrong last column tile with group size 1),
@@ -249,16 +248,15 @@ def _prepare(
     """The dispatch that writes every column of x into ``act`` (quantized or copied)."""
     dev = mat.device
     act_mode = 0 if mode in (0, MODE_F32) else mode
-    pipe = dev.pipeline(
+    prog = programs.program(
+        dev,
         "quantize_act.comp",
-        defines={
+        {
             "ACT": act_mode,
             "BATCH": 1,
             **variants.defines(dev.info, exact=True, reduces=act_mode != 0),
         },
-        spec={0: mv.ACT_WORKGROUP},
-        buffers=2,
-        push_size=28,
+        workgroup=mv.ACT_WORKGROUP,
     )
     if act_mode == 0:
         words, col_words, inv = layout.codes, layout.codes, np.float32(0)
@@ -270,10 +268,12 @@ def _prepare(
         + np.array([inv, mv.ACT_TINY], dtype="<f4").tobytes()
         + c.pack_u32(layout.b, 1, col_words)  # x[i, col] at i * b + col
     )
-    return Dispatch(pipe, (xbuf, act), push, (1, layout.b, 1))
+    return prog.record(xbuf, act, groups=(1, layout.b, 1), push=push)
 
 
-def _pipeline(mat: QuantizedTensor | mv.F32Matrix, mode: int, act: Buffer, layout: _Layout) -> Any:
+def _program(
+    mat: QuantizedTensor | mv.F32Matrix, mode: int, act: Buffer, layout: _Layout
+) -> Program:
     dev = mat.device
     integer = mode in (1, 2)
     wfmt = "rgba32f" if mode == MODE_F32 else "rgba32ui"
@@ -285,15 +285,15 @@ def _pipeline(mat: QuantizedTensor | mv.F32Matrix, mode: int, act: Buffer, layou
     texel = viewable(act, afmt) and all(viewable(ch.buffer, wfmt) for ch in mat.chunks)
     signed = True if isinstance(mat, mv.F32Matrix) else mat.symmetric
     rows, cols = batch_tile(dev, layout.b)
-    return dev.pipeline(
+    return programs.program(
+        dev,
         "matvec_batch.comp",
-        defines={
+        {
             **_defines(mode, signed, not signed, layout.packed, texel),
             **variants.defines(dev.info, exact=integer, reduces=True),
         },
-        spec={0: mv.workgroup_size(dev), 1: rows, 2: cols},
-        buffers=_BUFFERS,
-        push_size=_PUSH,
+        workgroup=mv.workgroup_size(dev),
+        spec={"ROWS": rows, "COLS": cols},
         texel={0: wfmt, 3: afmt} if texel else None,
     )
 
@@ -377,12 +377,12 @@ def _run_whole(
     assert ybuf is not None
     bbuf = c.dummy_buffer(dev) if bias is None else mv.input_buffer(mat, bias, "biasb")
     scale, zero = _params(mat)
-    pipe = _pipeline(mat, mode, act, layout)
+    prog = _program(mat, mode, act, layout)
     for part in _passes(dev, layout):
         for ch in mat.chunks:
             push = _push(mat, layout, ch.rows, ch.row0, ch.row0, bias is not None, part)
             buffers = (ch.buffer, scale, zero, act, bbuf, ybuf)
-            steps.append(Dispatch(pipe, buffers, push, _grid(dev, ch.rows)))
+            steps.append(prog.record(*buffers, groups=_grid(dev, ch.rows), push=push))
     dev.submitter.run(steps)
     if y_tensor is not None:
         return y_tensor
@@ -411,7 +411,7 @@ def _run_by_chunks(
         return taken[-1]
 
     try:
-        pipe = _pipeline(mat, mode, act, layout)
+        prog = _program(mat, mode, act, layout)
         if isinstance(mat, QuantizedTensor):
             params = mat.group_buffers(take)
         else:
@@ -426,7 +426,7 @@ def _run_by_chunks(
             for part in _passes(dev, layout):
                 push = _push(mat, layout, ch.rows, 0, ch.row0 - group0, host_bias is not None, part)
                 buffers = (ch.buffer, scale, zero, act, bbuf, ys[-1])
-                steps.append(Dispatch(pipe, buffers, push, _grid(dev, ch.rows)))
+                steps.append(prog.record(*buffers, groups=_grid(dev, ch.rows), push=push))
         dev.submitter.run(steps)
         out = c.result_array(dev, (mat.shape[0], layout.b))
         for ch, ybuf in zip(mat.chunks, ys, strict=True):

@@ -47,11 +47,11 @@ from typing import Any
 import numpy as np
 
 from .. import config, spirv
-from ..commands import Dispatch
 from ..device import Device, resolve
 from ..memory import Buffer, HostBuffer, Tensor, buffer_pool, can_import_host, host_pool
+from ..program import Program
 from . import _common as c
-from . import variants
+from . import programs, variants
 from .qlayout import BLOCK, Layout, check_bits, check_group_size, integer_range
 from .qtensor import (  # noqa: F401  (re-exported: matvec and tests import them from here)
     Chunk,
@@ -332,10 +332,10 @@ class _QuantizeJob:
             head += np.array([qmin, qmax], dtype="<i4").tobytes()
             for vec, block0, count_x in parts:
                 if count_x:
-                    pipe = _quantize_pipeline(dev, vec, texel and bool(vec), lay)
+                    prog = _quantize_program(dev, vec, texel and bool(vec), lay)
                     groups = (column_groups(dev, count_x), c.ceil_div(count, quant_rows(dev)), 1)
                     push = head + c.pack_u32(block0, lay.group_cols, lay.groups - 1)
-                    steps.append(Dispatch(pipe, (src, ch.buffer, params), push, groups))
+                    steps.append(prog.record(src, ch.buffer, params, groups=groups, push=push))
         dev.submitter.run(steps)
 
 
@@ -344,18 +344,18 @@ def _device_defines(dev: Device, *, reduces: bool) -> dict[str, int]:
     return variants.defines(dev.info, exact=True, reduces=reduces)
 
 
-def _quantize_pipeline(dev: Device, vec: int, texel: bool, layout: Layout) -> Any:
+def _quantize_program(dev: Device, vec: int, texel: bool, layout: Layout) -> Program:
     """VEC 1: vec4 loads of whole aligned blocks, through a texel buffer where possible;
     VEC 0: column by column; GROUPED: parameters per column, or per block where groups
     are whole blocks (grouped_variant); PACKED: two codes per byte (shaders/quantize.comp)."""
     grouped, packed = grouped_variant(layout), int(layout.packed)
     defines = {"VEC": vec, "TEXEL": int(texel), "GROUPED": grouped, "PACKED": packed}
-    return dev.pipeline(
+    return programs.program(
+        dev,
         "quantize.comp",
-        defines={**defines, **_device_defines(dev, reduces=False)},
-        spec={0: WORKGROUP, 1: quant_rows(dev)},
-        buffers=3,
-        push_size=48,
+        {**defines, **_device_defines(dev, reduces=False)},
+        workgroup=WORKGROUP,
+        spec={"ROWS": quant_rows(dev)},
         texel={0: "rgba32f", 2: "rgba32ui"} if texel else None,
     )
 
@@ -460,16 +460,15 @@ def _quantize_rows(
 
         def run(src: Buffer, offset: int, ch: Chunk, start: int, rows: int) -> None:
             texel = c.texel_format(dev, src, "rgba32f") is not None and src.nbytes >= 16
-            pipe = dev.pipeline(
+            prog = programs.program(
+                dev,
                 "quantize_rows.comp",
-                defines={
+                {
                     "TEXEL": int(texel),
                     "PACKED": int(layout.packed),
                     **_device_defines(dev, reduces=True),
                 },
-                spec={0: _row_workgroup(dev)},
-                buffers=3,
-                push_size=28,
+                workgroup=_row_workgroup(dev),
                 texel={0: "rgba32f"} if texel else None,
             )
             blocks = layout.row_bytes // BLOCK
@@ -477,7 +476,7 @@ def _quantize_rows(
             qmax = integer_range(layout.bits, True)[1]
             push = c.pack_u32(n // 4, rows, blocks, offset // 4, start, start, qmax)
             grid = (gx, c.ceil_div(rows, gx), 1)
-            dev.submitter.run([Dispatch(pipe, (src, ch.buffer, infos[ch.row0]), push, grid)])
+            dev.submitter.run([prog.record(src, ch.buffer, infos[ch.row0], groups=grid, push=push)])
 
         _for_weight_slices(dev, w32, chunks, w_rows, run)
         rowinfo = np.empty((m, 2), dtype=np.uint32)
@@ -538,12 +537,12 @@ def dequantize(qt: QuantizedTensor, *, device: Device | None = None) -> np.ndarr
     texel = all(c.texel_format(dev, ch.buffer, "rgba32ui") for ch in qt.chunks)
     grouped, packed = grouped_variant(qt.layout), int(qt.packed)
     defines = {"VEC": vec, "TEXEL": int(texel), "GROUPED": grouped, "PACKED": packed}
-    pipe = dev.pipeline(
+    prog = programs.program(
+        dev,
         "dequantize.comp",
-        defines={**defines, **_device_defines(dev, reduces=False)},
-        spec={0: WORKGROUP, 1: quant_rows(dev)},
-        buffers=4,
-        push_size=40,
+        {**defines, **_device_defines(dev, reduces=False)},
+        workgroup=WORKGROUP,
+        spec={"ROWS": quant_rows(dev)},
         texel={0: "rgba32ui"} if texel else None,
     )
     blocks = qt.row_bytes // BLOCK
@@ -568,7 +567,7 @@ def dequantize(qt: QuantizedTensor, *, device: Device | None = None) -> np.ndarr
                     push += c.pack_u32(stride, signed, qt.group_cols, qt.groups - 1)
                     groups = (column_groups(dev, blocks), c.ceil_div(count, quant_rows(dev)), 1)
                     steps.append(
-                        Dispatch(pipe, (ch.buffer, scale_buf, zero_buf, ybuf), push, groups)
+                        prog.record(ch.buffer, scale_buf, zero_buf, ybuf, groups=groups, push=push)
                     )
                 dev.submitter.run(steps)
                 if direct is None:

@@ -37,11 +37,11 @@ import numpy as np
 
 from .. import spirv
 from ..commands import Dispatch
-from ..device import Device, per_device_map, resolve
+from ..device import Device, resolve
 from ..memory import Buffer, HostBuffer, Tensor, buffer_pool, can_import_host, host_pool
-from ..pipeline import Pipeline
+from ..program import Program
 from . import _common as c
-from . import axes, variants
+from . import axes, programs, variants
 
 ALGORITHMS = ("online", "safe")
 # Every shader variant _dispatches can request (precompiled into the wheel).
@@ -141,31 +141,19 @@ def _cached_plan(device: Device, rows: int, n: int) -> Plan:
     return p
 
 
-_pipes: weakref.WeakKeyDictionary[
-    Device,
-    dict[tuple[str, int, bool, int, str | None, bool, tuple[tuple[str, int], ...]], Pipeline],
-] = per_device_map()
-
-
-def _pipeline(
+def _program(
     device: Device, shader: str, stage: int, p: Plan, texel: str | None, log: bool
-) -> Pipeline:
-    """device.pipeline() for one softmax variant, memoized per device (saves the key work)."""
-    table = _pipes.setdefault(device, {})
+) -> Program:
+    """The Program of one softmax variant on ``device``."""
     extra = variants.defines(device.info, exact=False, reduces=stage in _REDUCING_STAGES[shader])
-    key = (shader, stage, p.vec4, p.workgroup, texel, log, tuple(extra.items()))
-    pipe = table.get(key)
-    if pipe is None or pipe.handle is None:
-        defines = {"STAGE": stage, "VEC4": int(p.vec4), "TEXEL": int(texel is not None)}
-        pipe = table[key] = device.pipeline(
-            shader,
-            defines={**defines, "LOG": int(log), **extra},
-            spec={0: p.workgroup},
-            buffers=3,
-            push_size=24,
-            texel={0: texel} if texel else None,
-        )
-    return pipe
+    defines = {"STAGE": stage, "VEC4": int(p.vec4), "TEXEL": int(texel is not None)}
+    return programs.program(
+        device,
+        shader,
+        {**defines, "LOG": int(log), **extra},
+        workgroup=p.workgroup,
+        texel={0: texel} if texel else None,
+    )
 
 
 def _split_stages(algorithm: str) -> list[int]:
@@ -197,11 +185,11 @@ def _dispatches(
     steps = []
     texel = c.texel_format(device, x, "rgba32f" if p.vec4 else "r32f")
     for stage in stages:
-        pipe = _pipeline(device, shader, stage, p, texel, log and stage in _WRITE_STAGES[algorithm])
+        prog = _program(device, shader, stage, p, texel, log and stage in _WRITE_STAGES[algorithm])
         for first in range(0, p.rows, max_rows):
             count = min(max_rows, p.rows - first)
             push = c.pack_u32(p.units, first, p.chunk, nparts or p.nchunks, x_offset, part0)
-            steps.append(Dispatch(pipe, (x, y, parts), push, (p.nchunks, count, 1)))
+            steps.append(prog.record(x, y, parts, groups=(p.nchunks, count, 1), push=push))
     # Stages of one slice depend on each other; order stages outermost so barriers suffice.
     return steps
 
@@ -586,13 +574,12 @@ def roofline_copy(x: Tensor, y: Tensor) -> float | None:
     groups = c.ceil_div(units, chunk)
     assert x.buffer is not None and y.buffer is not None
     texel = c.texel_format(dev, x.buffer, "rgba32f")
-    pipe = dev.pipeline(
+    prog = programs.program(
+        dev,
         "softmax_roofline.comp",
-        defines={"TEXEL": int(texel is not None)},
-        spec={0: wg},
-        buffers=2,
-        push_size=8,
+        {"TEXEL": int(texel is not None)},
+        workgroup=wg,
         texel={0: texel} if texel else None,
     )
-    step = Dispatch(pipe, (x.buffer, y.buffer), c.pack_u32(units, chunk), (groups, 1, 1))
+    step = prog.record(x.buffer, y.buffer, groups=groups, push=c.pack_u32(units, chunk))
     return dev.submitter.run([step])
