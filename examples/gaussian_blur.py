@@ -27,7 +27,7 @@ import numpy as np
 
 import vkcore
 from vkcore import coldwarm
-from vkcore.coldwarm_shader import ShaderCase
+from vkcore.coldwarm.shader import ShaderCase
 
 SHADER = Path(__file__).resolve().parent / "gaussian_blur.comp"
 

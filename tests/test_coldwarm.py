@@ -15,6 +15,8 @@ import pytest
 import vkcore
 from vkcore import coldwarm
 from vkcore.cli import main
+from vkcore.coldwarm import cases, harness
+from vkcore.coldwarm.report import cell
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -220,14 +222,14 @@ def test_child_env_replaces_every_cache_variable():
 
 
 def test_registry_includes_the_quantized_kernels_only_when_present(monkeypatch):
-    base = set(coldwarm._registry())
+    base = set(cases.registry())
     assert {"softmax-online", "softmax-safe"} <= base
     for name in ("quantize", "dequantize", "matvec"):
         monkeypatch.delattr(vkcore, name, raising=False)
-    assert set(coldwarm._registry()) == {"softmax-online", "softmax-safe"}
+    assert set(cases.registry()) == {"softmax-online", "softmax-safe"}
     for name in ("quantize", "dequantize", "matvec"):
         monkeypatch.setattr(vkcore, name, lambda *a, **k: None, raising=False)
-    assert set(coldwarm._registry()) == {
+    assert set(cases.registry()) == {
         "softmax-online",
         "softmax-safe",
         "quantize",
@@ -268,8 +270,8 @@ def _fake_probe(condition, folders, kernels, selector, shader_dir=None):
 
 def test_max_seconds_stops_before_a_round_that_would_end_too_late(monkeypatch):
     _fake_probe.now = 0.0
-    monkeypatch.setattr(coldwarm, "_run_probe", _fake_probe)
-    monkeypatch.setattr(coldwarm, "_clock", lambda: _fake_probe.now)
+    monkeypatch.setattr(harness, "_run_probe", _fake_probe)
+    monkeypatch.setattr(harness, "_clock", lambda: _fake_probe.now)
     # 3 priming processes (3 s), then rounds of 4 processes (4 s): after 5 rounds the
     # clock says 23 s and a sixth round would end at 27 s, past 25.
     report = coldwarm.measure(["softmax-online"], repeats=10, max_seconds=25)
@@ -306,7 +308,7 @@ def test_stats_median_and_spread():
         "n": 4,
     }
     assert coldwarm.stats([None])["n"] == 0
-    assert coldwarm._cell(coldwarm.stats([0.003, 0.001, 0.002])) == "2.0 [1.0-3.0]"
+    assert cell(coldwarm.stats([0.003, 0.001, 0.002])) == "2.0 [1.0-3.0]"
 
 
 # ------------------------------------------------------------------ findings on synthetic samples

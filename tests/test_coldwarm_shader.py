@@ -13,7 +13,7 @@ import pytest
 import vkcore
 from vkcore import coldwarm
 from vkcore.cli import main
-from vkcore.coldwarm_shader import ShaderCase
+from vkcore.coldwarm.shader import ShaderCase
 
 REPO = Path(__file__).resolve().parent.parent
 BLUR = REPO / "examples" / "gaussian_blur.comp"

@@ -8,7 +8,7 @@ import sys
 from typing import TextIO
 
 from .. import coldwarm
-from ..coldwarm_shader import DEFAULT_ELEMENTS, ShaderCase
+from ..coldwarm.shader import DEFAULT_ELEMENTS, ShaderCase
 from ._args import (
     assignment,
     input_file,

@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from . import reflect, spirv
-from .device import Device
-from .memory import Tensor, asarray
-from .program import Program
+from .. import reflect, spirv
+from ..device import Device
+from ..memory import Tensor, asarray
+from ..program import Program
 
 DEFAULT_ELEMENTS = 1 << 16
 ARG_PREFIX = "--shader-case="
@@ -60,9 +60,7 @@ class ShaderCase:
         code = spirv.compile_source(text, name=self.path, include_dirs=dirs, defines=self.defines)
         iface = reflect.reflect(code.code)
         _check_bindings(iface.bindings)
-        unknown = sorted(set(self.push) - {m.name for m in iface.push})
-        if unknown:
-            raise ValueError(f"--push: the shader has no push constant {unknown[0]!r}")
+        _check_push(self.push, iface.push)
 
     @property
     def name(self) -> str:
@@ -130,10 +128,7 @@ class ShaderCase:
         return out
 
     def _push(self, prog: Program) -> dict[str, Any]:
-        members = {m.name: m for m in prog.push}
-        unknown = sorted(set(self.push) - set(members))
-        if unknown:
-            raise ValueError(f"--push: the shader has no push constant {unknown[0]!r}")
+        _check_push(self.push, prog.push)
         zero = {"float": 0.0, "int": 0, "uint": 0}
         values: dict[str, Any] = {}
         for m in prog.push:
@@ -150,3 +145,9 @@ def _check_bindings(bindings: Sequence[reflect.Binding]) -> None:
     for b in bindings:
         if b.kind not in (reflect.STORAGE_BUFFER, reflect.UNIFORM_BUFFER):
             raise ValueError(f"--shader: binding {b.binding} is a {b.kind} (not supported here)")
+
+
+def _check_push(given: Mapping[str, Any], members: Sequence[reflect.PushMember]) -> None:
+    unknown = sorted(set(given) - {m.name for m in members})
+    if unknown:
+        raise ValueError(f"--push: the shader has no push constant {unknown[0]!r}")
