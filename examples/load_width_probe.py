@@ -29,8 +29,6 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
-from pathlib import Path
 
 import numpy as np
 
@@ -110,11 +108,7 @@ def main() -> int:
     if args.int64 and os.environ.get("VKCORE_VALIDATION", "0") not in ("", "0"):
         print("--int64 needs VKCORE_VALIDATION unset: vkcore does not enable shaderInt64")
         return 2
-    folder = tempfile.mkdtemp(prefix="vkcore-probe-")
-    Path(folder, "load_probe.comp").write_text(SHADER)
-    os.environ["VKCORE_SHADER_DIR"] = folder  # read before vkcore compiles anything
     import vkcore
-    from vkcore.commands import Dispatch
     from vkcore.memory import Buffer
 
     dev = vkcore.default_device()
@@ -130,16 +124,15 @@ def main() -> int:
             v == 7 and "rgba32ui" not in dev.info.texel_formats
         ):
             continue
-        pipe = dev.pipeline(
-            "load_probe.comp",
+        prog = vkcore.Program(
+            SHADER,
             defines={"V": v, "WIDE": int(v in (5, 6))},
-            spec={0: LANES},
-            buffers=3,
-            push_size=4,
+            workgroup=LANES,
             texel={0: "rgba32ui"} if v == 7 else None,
+            device=dev,
         )
         push = np.uint32(words).tobytes()
-        steps[label] = [Dispatch(pipe, (src, src, out), push, (GROUPS, 1, 1))]
+        steps[label] = [prog.record(src, src, out, groups=GROUPS, push=push)]
         dev.submitter.run(steps[label])  # warm-up: the driver compiles at first use
     seconds: dict[str, list[float]] = {label: [] for label in steps}
     for _ in range(7):  # round-robin, so a busy moment hits every variant alike

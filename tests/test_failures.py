@@ -285,7 +285,7 @@ def test_no_loader_cli_one_line():
 
 # ---------------------------------------------------------------- a bad dispatch leaks nothing
 def test_refused_dispatch_leaks_no_descriptor_set(device, spin_dir):
-    pipe = device.pipeline("spin.comp", spec={0: 64}, buffers=1, push_size=8)
+    pipe = vkcore.Program.builtin("spin.comp", workgroup=64, device=device).pipeline
     out = vkcore.Tensor.empty((128,), np.uint32, device)
     dead = Buffer(device, 512)
     dead.destroy()
@@ -320,7 +320,7 @@ CTRL_C_CHILD = """
         return acc
 
     dev = vkcore.Device(validation=True)
-    pipe = dev.pipeline("spin.comp", spec={0: 64}, buffers=1, push_size=8)
+    pipe = vkcore.Program.builtin("spin.comp", workgroup=64, device=dev).pipeline
 
     def run(out, count, iterations):
         start = time.perf_counter()
@@ -373,7 +373,7 @@ REOPEN_CHILD = """
 
     logging.getLogger("vkcore").addHandler(Collect())
     with vkcore.Device(validation=True) as dev:
-        pipe = dev.pipeline("spin.comp", spec={0: 64}, buffers=1, push_size=8)
+        pipe = vkcore.Program.builtin("spin.comp", workgroup=64, device=dev).pipeline
         out = vkcore.Tensor.empty((64,), np.uint32, dev)
         dev.submitter.run([Dispatch(pipe, (out.buffer,), pack_u32(2, 64), (1, 1, 1))])
         first = int(out.numpy()[1])

@@ -184,7 +184,7 @@ def test_cache_save_never_runs_during_a_pipeline_creation(tmp_path, monkeypatch)
             out = vkcore.Tensor.empty((1000,), np.uint32, dev)
             made = 0
             for size in range(1 + index, 129, THREADS - 1):  # disjoint workgroup sizes
-                pipe = dev.pipeline("fill.comp", spec={0: size}, buffers=1, push_size=12)
+                pipe = vkcore.Program.builtin("fill.comp", workgroup=size, device=dev).pipeline
                 groups = -(-1000 // size)
                 push = pack_u32(size, index, 1000)
                 dev.submitter.run([Dispatch(pipe, (out.buffer,), push, (groups, 1, 1))])
