@@ -6,7 +6,8 @@
    ``vkcore/shaders/`` (the sources stay available for users who change a shader), and
 2. compiles every variant that :func:`vkcore.spirv.variants` lists (the kernels declare them
    with ``register_variants``) into ``vkcore/spirv/<source key>.spv``, plus an
-   ``index.json`` naming each file's shader and defines.
+   ``index.json`` naming each file's shader and defines and an ``interfaces.json`` with
+   each module's reflected interface (:mod:`vkcore.interface_file`).
 
 An installed wheel then finds every variant as *shipped* SPIR-V and needs no
 ``glslangValidator``. Building one does: glslang-tools (and numpy, which the kernel
@@ -35,7 +36,7 @@ _COMPILE_ALL = r"""
 import json, sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from vkcore import spirv
+from vkcore import interface_file, reflect, spirv
 
 out = Path(sys.argv[1])
 found = spirv.variants()
@@ -47,12 +48,17 @@ def one(variant):
     key = spirv.source_key(name, defines)
     # Through the content-addressed cache (checked entries, the same words a compile gives):
     # a build right after the tests, or a second build, compiles nothing again.
-    (out / f"{key}.spv").write_bytes(spirv.encode_entry(key, spirv.get(name, defines).code))
-    return {"key": key, "shader": name, "defines": defines}
+    code = spirv.get(name, defines).code
+    (out / f"{key}.spv").write_bytes(spirv.encode_entry(key, code))
+    return {"key": key, "shader": name, "defines": defines}, code
 
 with ThreadPoolExecutor() as pool:
-    index = list(pool.map(one, found))
+    built = list(pool.map(one, found))
+index = [entry for entry, _ in built]
 (out / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
+# Reflected here, so an installed wheel never reflects its own kernels at run time.
+interfaces = {interface_file.digest(code): reflect.reflect(code) for _, code in built}
+interface_file.write(out / interface_file.FILE_NAME, interfaces)
 print(f"vkcore: compiled {len(index)} shader variants into {out}")
 """
 
@@ -97,6 +103,7 @@ class BuildPyWithShaders(build_py):
             raise SystemExit(f"compiling the shader variants failed:\n{proc.stdout}{proc.stderr}")
         self.announce(proc.stdout.strip(), level=2)
         json.loads((dest / "index.json").read_text())  # fail the build on a broken index
+        json.loads((dest / "interfaces.json").read_text())
 
 
 setup(cmdclass={"build_py": BuildPyWithShaders})

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 import vkcore
-from vkcore import reference, spirv
+from vkcore import interface_file, reference, reflect, spirv
 from vkcore.instance import SUBGROUP_ARITHMETIC, DeviceInfo
 from vkcore.kernels import softmax as softmax_kernels
 
@@ -366,7 +366,20 @@ def check_installed() -> dict[str, object]:
         origins[f"{name} {defines}"] = spirv.get(name, defines).origin
     not_shipped = {k: v for k, v in origins.items() if v != "shipped"}
     assert not not_shipped, f"variants not shipped: {not_shipped}"
+    # Each variant's interface was reflected at build time and shipped: the same as
+    # reflecting its words now.
+    for name, defines in spirv.variants():
+        code = spirv.get(name, defines).code
+        shipped = interface_file.shipped(code, spirv.shipped_dir())
+        assert shipped == _REFLECT(code), f"shipped interface of {name} {defines} differs"
     return {"package": str(package), "shipped_variants": len(origins)}
+
+
+_REFLECT = reflect.reflect
+
+
+def _no_reflection(code: bytes) -> reflect.Interface:
+    raise AssertionError("a shipped variant was reflected at run time, not at build time")
 
 
 def main() -> int:
@@ -400,6 +413,8 @@ def main() -> int:
     )
     args = parser.parse_args()
     summary: dict[str, object] = {}
+    if args.installed:  # every kernel's interface must come from the wheel
+        reflect.reflect = _no_reflection  # type: ignore[assignment]
     with vkcore.Device() as dev:
         summary["subgroup_size"] = dev.info.subgroup_size
         if args.expect_subgroup is not None:
@@ -426,6 +441,7 @@ def main() -> int:
         unrun = unrequested_variants(native, native_only=native_only)
         assert not unrun, f"declared variants the tour never ran: {sorted(unrun)}"
     if args.installed:
+        reflect.reflect = _REFLECT  # type: ignore[assignment]
         other = {k: v for k, v in origins.items() if v != "shipped"}
         assert not other, f"pipelines whose SPIR-V did not come from the wheel: {other}"
         summary.update(check_installed())
