@@ -9,9 +9,9 @@ import pytest
 from checks import assert_every_matvec_mode
 
 import vkcore
-from vkcore import reference, tune
+from vkcore import reference, tune, tuner
 from vkcore.kernels import matvec as mv
-from vkcore.kernels import quant
+from vkcore.kernels import programs, quant
 from vkcore.kernels import softmax as sm
 
 
@@ -23,7 +23,7 @@ def clean(device):
 
 
 def test_tune_stores_the_fastest_candidate_and_softmax_uses_it(device, clean, rng):
-    record = tune.tune(device, shape=(16, 1024), rows_shape=(64, 256), repeats=1)
+    record = tuner.tune(device, shape=(16, 1024), rows_shape=(64, 256), repeats=1)
     path = tune.tune_path(device)
     assert path.name.endswith(tune.SUFFIX)
     assert path.parent == device.pipeline_cache.folder or device.pipeline_cache.folder is None
@@ -42,7 +42,7 @@ def test_tune_stores_the_fastest_candidate_and_softmax_uses_it(device, clean, rn
 
 
 def test_tune_chooses_every_rows_parameter_and_the_kernels_use_it(device, clean):
-    record = tune.tune(device, shape=(16, 1024), rows_shape=(64, 256), repeats=1)
+    record = tuner.tune(device, shape=(16, 1024), rows_shape=(64, 256), repeats=1)
     assert set(record["choices"]) == set(tune.PARAMETERS)
     for name, values in tune.ROW_CANDIDATES.items():
         measured = record["measured"][name]
@@ -115,7 +115,7 @@ def test_tune_times_every_path_each_choice_steers_with_every_candidate(device, c
     seen = []
     _counting(monkeypatch, device, seen)
     repeats = 2
-    record = tune.tune(device, shape=(8, 512), rows_shape=(32, 128), repeats=repeats)
+    record = tuner.tune(device, shape=(8, 512), rows_shape=(32, 128), repeats=repeats)
     for index, name in enumerate(tune.PARAMETERS):
         measured = record["measured"][name]
         assert set(measured["median_seconds"]) == PATH_NAMES[name]
@@ -133,8 +133,8 @@ def test_tune_on_a_device_without_timestamps_measures_wall_time(device, clean, c
         x = np.ones((2, 64), np.float32)
         vkcore.softmax(x, device=device)
         assert device.submitter.last_device_seconds is None
-        assert tune.clock(device) == "wall"
-        record = tune.tune(device, shape=(8, 512), rows_shape=(32, 128), repeats=1)
+        assert tuner.clock(device) == "wall"
+        record = tuner.tune(device, shape=(8, 512), rows_shape=(32, 128), repeats=1)
     finally:
         device.submitter.timestamps = True
     assert record["clock"] == "wall"
@@ -164,7 +164,7 @@ def test_the_cli_says_which_clock_it_used(device, clean, monkeypatch, capsys):
                 }
             },
         }
-        monkeypatch.setattr(tune, "tune", lambda dev, repeats, body=body: body)
+        monkeypatch.setattr(tuner, "tune", lambda dev, repeats, body=body: body)
         args = type("A", (), {"device": None, "reset": False, "show": False, "json": False})
         args.repeats = 1
         assert cli_tune.run(args) == 0
@@ -182,7 +182,7 @@ def test_device_time_sums_every_submission_of_a_call(device):
         vkcore.softmax(x).buffer.destroy()
         vkcore.softmax(x).buffer.destroy()
 
-    with tune._device_seconds(device) as spent:
+    with tuner.timing.device_seconds(device) as spent:
         twice()
     assert len(spent) == 2 and all(t > 0 for t in spent)
     assert "run" not in vars(device.submitter)  # the submitter's own method is back
@@ -191,14 +191,16 @@ def test_device_time_sums_every_submission_of_a_call(device):
 
 def test_best_chooses_the_smallest_sum_over_paths():
     per_path = {"a": {1: 3.0, 2: 1.0, 4: 2.0}, "b": {1: 0.5, 2: 3.0, 4: 1.0}}
-    value, totals = tune.best(per_path)
+    value, totals = tuner.best(per_path)
     assert totals == {1: 3.5, 2: 4.0, 4: 3.0} and value == 4
-    assert tune.best({"a": {8: 1.0, 16: 1.0}})[0] == 8  # a tie: the first candidate
+    assert tuner.best({"a": {8: 1.0, 16: 1.0}})[0] == 8  # a tie: the first candidate
 
 
 def specialized_rows(device, shader):
-    """Values of specialization constant 1 among the device's pipelines of ``shader``."""
-    return {dict(key[2]).get(1) for key in device._pipelines if key[0] == shader}
+    """Values of the ROWS specialization constant among the device's built-in programs of
+    ``shader`` (keyed by shader, defines, workgroup, spec constants, texel formats)."""
+    table = programs._programs.get(device, {})
+    return {dict(key[3]).get("ROWS") for key in table if key[0] == shader}
 
 
 @pytest.mark.parametrize("value", tune.ROW_CANDIDATES["quant_rows"])

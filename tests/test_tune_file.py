@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import ast
 import gc
 import json
 import logging
 import weakref
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -142,3 +144,20 @@ def test_candidates_include_the_smallest_subgroup_size_of_a_size_control_range(d
         assert odd.min_subgroup_size in tune.candidates(device)
     finally:
         device.info = original
+
+
+def test_the_store_imports_no_kernel_and_not_the_tuner():
+    """Kernels import the store (tune.choice); the store importing vkcore, a kernel or the
+    tuner would be an import cycle. Only these sibling modules are allowed, anywhere in it."""
+    imported = set()
+    for node in ast.walk(ast.parse(Path(tune.__file__).read_text())):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            names = [node.module] if node.module else [a.name for a in node.names]
+            imported |= {"." * node.level + name for name in names}
+        elif isinstance(node, ast.ImportFrom):
+            imported.add(node.module)
+    siblings = {name for name in imported if name.startswith(".")}
+    assert siblings == {".cachefs", ".device", ".pipeline_cache"}, siblings
+    assert not any(name.split(".")[0] == "vkcore" for name in imported), imported

@@ -1,4 +1,4 @@
-"""``vkcore tune``: choose kernel parameters by measurement, once per device.
+"""The tuned kernel parameters of a device: the file the kernels read, and its checks.
 
 Parameters whose best value differs between devices:
 
@@ -6,25 +6,22 @@ Parameters whose best value differs between devices:
   a larger one, a GPU wants hundreds of invocations;
 * ``matvec_rows`` and ``matvec_f32_rows``: rows per matvec workgroup (each loaded block of
   x serves that many rows; more rows, more registers), INT8 and float32 kernels;
-* ``quant_rows``: rows per quantize/dequantize invocation.
+* ``quant_rows``: rows per quantize/dequantize invocation;
+* ``matvec_dot``: 1 to use OpSDot where the device has it but does not mark it accelerated.
 
-``tune(device)`` times each candidate value on every kernel path it steers (the softmax
-workgroup: the online and safe softmax and log_softmax; the INT8 rows: the float, int8 and uint8
-activation modes; the quantize rows: quantize and dequantize), takes each path's median,
-and stores the value with the smallest sum over its paths beside the pipeline cache, in
-``<cache root>/pipeline/<pipeline-cache file name>.tune.json``: the same key as the
-pipeline cache, so another GPU, driver or driver version never reads these choices.
-Kernels ask :func:`choice`; with no file they use their defaults (the values measured
-best on lavapipe). The rows parameters are specialization constants: no new SPIR-V per
-value. Times are device time from timestamp queries where the compute queue has them,
-else wall time around each call (a queue with ``timestampValidBits == 0``): the record
-says which (``"clock": "device"`` or ``"wall"``).
+The values are chosen by measurement (:mod:`vkcore.tuner`, ``vkcore tune``) and stored
+beside the pipeline cache, in ``<cache root>/pipeline/<pipeline-cache file name>.tune.json``:
+the same key as the pipeline cache, so another GPU, driver or driver version never reads
+these choices. Kernels ask :func:`choice`; with no file they use their defaults (the
+values measured best on lavapipe). The rows parameters are specialization constants: no
+new SPIR-V per value. This module imports no kernel and not the package itself: the
+kernels import it.
 
 A tune file is checked like every cache file (:mod:`vkcore.cachefs`: a regular file of at
 most 1 MiB, owned by this user, in a folder others cannot write), then as JSON: format 2,
 the key (the pipeline-cache file name it sits next to) equal to this device's, and the
 SHA-256 of its canonical JSON. A file failing any of these is ignored as a whole. Then
-every stored value must be one that ``tune`` itself could have stored on this device:
+every stored value must be one that the tuner itself could have stored on this device:
 an ``int`` in :func:`allowed` (the candidate set it measures, derived from the device's
 properties). Anything else is ignored, with one warning per file naming the values.
 """
@@ -32,18 +29,12 @@ properties). Anything else is ignored, with one warning per file naming the valu
 from __future__ import annotations
 
 import contextlib
-import datetime
-import functools
 import json
 import logging
-import statistics
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from . import cachefs
 from .device import Device, per_device_map
@@ -80,7 +71,7 @@ def _workgroup_limit(device: Device) -> int:
 
 
 def allowed(device: Device, name: str) -> frozenset[int]:
-    """Exactly the values ``tune`` may store for ``name`` on ``device``."""
+    """Exactly the values the tuner may store for ``name`` on ``device``."""
     if name in ("softmax_workgroup", "matvec_dot"):
         return frozenset(values(device, name))
     return frozenset(ROW_CANDIDATES[name])
@@ -179,14 +170,14 @@ def forget(device: Device) -> None:
 
 
 @contextlib.contextmanager
-def _trial(device: Device, name: str, value: int) -> Iterator[None]:
+def trial(device: Device, name: str, value: int) -> Iterator[None]:
     """Kernels on ``device`` see ``name = value`` inside the block (memoized choices only;
     the file is untouched)."""
     with _lock:
         saved = _choices.get(device)
-        trial = dict(saved if saved is not None else load(device))
-        trial[name] = value
-        _choices[device] = trial
+        tried = dict(saved if saved is not None else load(device))
+        tried[name] = value
+        _choices[device] = tried
     try:
         yield
     finally:
@@ -210,116 +201,8 @@ def _smallest_subgroup(device: Device) -> set[int]:
     return {low} if 1 <= low < (device.info.subgroup_size or 0) else set()
 
 
-def clock(device: Device) -> str:
-    """``"device"`` where the compute queue has timestamps, else ``"wall"``: a queue with
-    ``timestampValidBits == 0`` is timed by the host clock around each call."""
-    return "device" if device.submitter.timestamps else "wall"
-
-
-@contextlib.contextmanager
-def _device_seconds(device: Device) -> Iterator[list[float]]:
-    """Inside the block, the device seconds of every submission are appended to the
-    yielded list (a kernel call may submit more than once, e.g. one per row chunk)."""
-    sub = device.submitter
-    original = sub.run
-    spent: list[float] = []
-
-    def run(dispatches: Any, *, timed: bool = True, read_seconds: bool = True) -> float | None:
-        out = original(dispatches, timed=timed, read_seconds=read_seconds)
-        spent.append(sub.last_device_seconds or 0.0)
-        return out
-
-    setattr(sub, "run", run)  # noqa: B010 - an instance attribute shadows the method
-    try:
-        yield spent
-    finally:
-        delattr(sub, "run")
-
-
-def _seconds(device: Device, call: Callable[[], Any], kind: str) -> float:
-    """Seconds of one ``call`` by ``kind`` of clock: device time summed over its
-    submissions, or wall time from the host clock."""
-    if kind == "wall":
-        start = time.perf_counter()
-        call()
-        return time.perf_counter() - start
-    with _device_seconds(device) as spent:
-        call()
-    return sum(spent)
-
-
-def _median_seconds(device: Device, call: Callable[[], Any], repeats: int, kind: str) -> float:
-    call()  # the first call creates the pipeline for this value (and compiles the variant)
-    return statistics.median(_seconds(device, call, kind) for _ in range(repeats))
-
-
-@contextlib.contextmanager
-def _paths(
-    device: Device, name: str, shape: tuple[int, int]
-) -> Iterator[dict[str, Callable[[], Any]]]:
-    """Every kernel path that ``name`` steers, as calls on random data of ``shape``: the
-    choice must suit all of them. The data is released when the block ends."""
-    import vkcore
-
-    rng = np.random.default_rng(0)
-    held: list[Any] = []
-    try:
-        if name == "softmax_workgroup":
-            x = vkcore.asarray(rng.standard_normal(shape, dtype=np.float32), device=device)
-            held.append(x)
-            paths = {a: functools.partial(_softmax, x, a) for a in ("online", "safe")}
-            # log_softmax's write stage is its own variant; its safe form differs from the
-            # online one as softmax's does, so one algorithm suffices there.
-            yield {**paths, "log_softmax": functools.partial(_softmax, x, "online", log=True)}
-            return
-        w = (rng.standard_normal(shape, dtype=np.float32) * 0.05).astype(np.float32)
-        xv = rng.standard_normal(shape[1], dtype=np.float32)
-        if name == "matvec_dot":  # 8-bit per-channel weights, the modes the dot path serves
-            qt = vkcore.quantize(w, device=device)
-            held.append(qt)
-            yield {a: functools.partial(_matvec, qt, xv, a) for a in ("int8", "uint8")}
-        elif name == "matvec_rows":  # one weight layout (the default), every activation mode
-            qt = vkcore.quantize(w, device=device)
-            held.append(qt)
-            yield {a: functools.partial(_matvec, qt, xv, a) for a in ("float", "int8", "uint8")}
-        elif name == "matvec_f32_rows":
-            f32 = vkcore.F32Matrix(w, device=device)
-            held.append(f32)
-            yield {"float32": lambda: vkcore.matvec_f32(f32, xv)}
-        else:  # quant_rows steers quantize.comp (host scales: the asymmetric path) and dequantize
-            q = vkcore.quantize(w, symmetric=False, device=device)
-            held.append(q)
-            yield {
-                "quantize": lambda: vkcore.quantize(w, symmetric=False, device=device).release(),
-                "dequantize": lambda: vkcore.dequantize(q),
-            }
-    finally:
-        for obj in held:
-            _free(obj)
-
-
-def _softmax(x: Any, algorithm: str, log: bool = False) -> None:
-    import vkcore
-
-    _free((vkcore.log_softmax if log else vkcore.softmax)(x, algorithm=algorithm))
-
-
-def _matvec(qt: Any, x: np.ndarray, activations: str) -> None:
-    import vkcore
-
-    vkcore.matvec(qt, x, activations=activations)
-
-
-def _free(obj: Any) -> None:
-    """Free a Tensor's buffer or a weight's memory now, not at collection."""
-    if hasattr(obj, "release"):
-        obj.release()
-    elif getattr(obj, "buffer", None) is not None:
-        obj.buffer.destroy()
-
-
 def values(device: Device, name: str) -> list[int]:
-    """The candidate values ``tune`` times for ``name``, in order."""
+    """The candidate values the tuner times for ``name``, in order."""
     if name == "softmax_workgroup":
         return candidates(device)
     if name == "matvec_dot":  # 1: OpSDot where the device has the instruction at all
@@ -327,68 +210,11 @@ def values(device: Device, name: str) -> list[int]:
     return list(ROW_CANDIDATES[name])
 
 
-def measure(
-    device: Device, name: str, shape: tuple[int, int], repeats: int, kind: str | None = None
-) -> dict[str, dict[int, float]]:
-    """Median seconds per path that ``name`` steers and per candidate value, by ``kind``
-    of clock (default: :func:`clock`)."""
-    kind = kind or clock(device)
-    with _paths(device, name, shape) as paths:
-        out: dict[str, dict[int, float]] = {path: {} for path in paths}
-        for value in values(device, name):
-            with _trial(device, name, value):
-                for path, call in paths.items():
-                    out[path][value] = _median_seconds(device, call, repeats, kind)
-    return out
-
-
-def best(per_path: dict[str, dict[int, float]]) -> tuple[int, dict[int, float]]:
-    """The value with the smallest sum of medians over every path, and those sums: one
-    call of each path, as a model that runs them all (ties: the first candidate)."""
-    first = next(iter(per_path.values()))
-    totals = {v: sum(t[v] for t in per_path.values()) for v in first}
-    return min(totals, key=totals.__getitem__), totals
-
-
-def tune(
-    device: Device,
-    *,
-    shape: tuple[int, int] = (512, 4096),
-    rows_shape: tuple[int, int] = (4096, 4096),
-    repeats: int = 3,
-) -> dict[str, Any]:
-    """Measure, store and return the choices for ``device`` (the file's content):
-    the softmax workgroup on ``shape``, the rows parameters on ``rows_shape`` weights,
-    each on every path it steers (see :func:`best`), by device time where the queue has
-    timestamps and wall time where it has none (``clock`` in the record)."""
-    if type(repeats) is not int or repeats < 1:
-        raise ValueError(f"repeats must be an integer of at least 1, got {repeats!r}")
-    kind = clock(device)
-    choices: dict[str, int] = {}
-    measured: dict[str, Any] = {}
-    for name in PARAMETERS:
-        used = shape if name == "softmax_workgroup" else rows_shape
-        per_path = measure(device, name, used, repeats, kind)
-        choices[name], totals = best(per_path)
-        measured[name] = {
-            "shape": list(used),
-            "repeats": repeats,
-            "median_seconds": {p: {str(k): v for k, v in t.items()} for p, t in per_path.items()},
-            "total_seconds": {str(k): v for k, v in totals.items()},
-        }
-    body = {
-        "format": FORMAT,
-        "key": key_of(device),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "device": device.info.name,
-        "driver": f"{device.info.driver_name} {device.info.driver_info}".strip(),
-        "clock": kind,
-        "choices": choices,
-        "measured": measured,
-    }
+def save(device: Device, body: dict[str, Any]) -> dict[str, Any]:
+    """Sign ``body`` (see :func:`encode`), write it as ``device``'s tune file and return
+    the record; the memoized choices are dropped, so kernels read the new file."""
     record = encode(body)
-    path = tune_path(device)
-    cachefs.store(path, (json.dumps(record, indent=2) + "\n").encode())
+    cachefs.store(tune_path(device), (json.dumps(record, indent=2) + "\n").encode())
     forget(device)
     return record
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .. import tune
+from .. import tune, tuner
 from ..device import Device
 from ._args import positive_int
 
@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
                 else f"{path}: {choices or 'no stored choices (defaults apply)'}"
             )
             return 0
-        record = tune.tune(dev, repeats=args.repeats)
+        record = tuner.tune(dev, repeats=args.repeats)
     if args.json:
         print(json.dumps({"path": str(path), **record}, indent=2))
         return 0
