@@ -216,3 +216,64 @@ def test_record_checks_the_push_block_and_groups(device):
 def test_builtin_refuses_an_unknown_shader(device):
     with pytest.raises(FileNotFoundError):
         vkcore.Program.builtin("no_such_shader.comp", device=device)
+
+
+def test_the_kernels_package_imports_every_kernel_module():
+    """A module ``import vkcore`` leaves out would declare its variants too late for the
+    wheel (spirv.variants lists what imported modules declared)."""
+    import pkgutil
+    import subprocess
+    import sys
+
+    import vkcore.kernels
+
+    names = sorted(m.name for m in pkgutil.iter_modules(vkcore.kernels.__path__))
+    code = (
+        "import sys, vkcore; "
+        f"print([n for n in {names!r} if 'vkcore.kernels.' + n not in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+SCALE = """#version 450
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) readonly buffer X { float x[]; };
+layout(std430, binding = 1) writeonly buffer Y { float y[]; };
+layout(push_constant) uniform P { float a; uint n; } pc;
+void main() { uint i = gl_GlobalInvocationID.x; if (i < pc.n) y[i] = pc.a * x[i]; }
+"""
+
+
+def test_calls_of_changing_sizes_on_one_program_are_each_right(device):
+    """Small numpy arguments keep their staging buffer between calls: a new size, or a
+    size past the kept limit, must still stage exactly that call's data."""
+    from vkcore import program as program_module
+
+    prog = vkcore.Program(SCALE, device=device)
+    rng = np.random.default_rng(3)
+    big = program_module.HELD_STAGING_BYTES // 4 + 64
+    for n in (256, 64, 256, big, 256, big, 1):
+        x = rng.standard_normal(n).astype(np.float32)
+        y = np.full(n, np.nan, np.float32)
+        prog(x, y, groups=-(-n // 64), a=3.0, n=n)
+        np.testing.assert_array_equal(y, np.float32(3.0) * x)
+
+
+def test_a_dropped_program_frees_its_staging_buffers(device):
+    import gc
+    import weakref
+
+    x = np.ones(256, np.float32)
+    y = np.empty_like(x)
+    counts = []
+    for _ in range(12):
+        prog = vkcore.Program(SCALE, device=device)
+        prog(x, y, groups=4, a=1.0, n=256)
+        held = [weakref.ref(b) for b in prog._held.values()]
+        assert len(held) == 2  # both arguments kept their staging buffer
+        del prog
+        gc.collect()
+        assert all(r() is None for r in held)
+        counts.append(device.live_objects()["buffers"])
+    assert counts[-1] <= counts[1], counts  # no growth from one program to the next

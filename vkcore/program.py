@@ -56,6 +56,9 @@ _TEXEL_BYTES = {"r32f": 4, "r32ui": 4, "rgba32f": 16, "rgba32ui": 16}
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _INT_RANGE = {"int": (-(2**31), 2**31 - 1), "uint": (0, 2**32 - 1)}
 _PACK = {"int": "<i", "uint": "<I", "float": "<f"}
+# A numpy argument up to this size keeps its staging buffer in the Program between calls
+# (a repeated small call skips the pool); larger ones borrow from the pool per call.
+HELD_STAGING_BYTES = 1 << 16
 
 
 class Program:
@@ -136,6 +139,9 @@ class Program:
         self._push_names = frozenset(m.name for m in self.push)
         self._max_groups_x = int(self.device.info.max_compute_work_group_count[0])
         self.max_binding = int(self.device.info.max_storage_buffer_range)
+        # binding index -> the staging buffer a small numpy argument keeps between calls
+        # (freed with the Program, like any collected Buffer)
+        self._held: dict[int, Buffer] = {}
 
     @property
     def last_device_seconds(self) -> float | None:
@@ -273,7 +279,7 @@ class Program:
         with dev.lock:
             dev.check()
             try:
-                bound = [a.upload(pool) for a in args]
+                bound = [a.upload(pool, self._held, i) for i, a in enumerate(args)]
                 dispatch = Dispatch(self.pipeline, tuple(bound), push_bytes, grid)
                 dev.submitter.run([dispatch], read_seconds=False)  # read on demand
                 for a in args:
@@ -310,8 +316,12 @@ class Program:
 
     def _device_buffer(self, b: reflect.Binding, x: Any, index: int) -> Buffer:
         buf = x.buffer if isinstance(x, Tensor) else x
-        fits = isinstance(buf, Buffer) and buf.device is self.device and buf.alive
-        if fits and _size_problem(self, b, buf.nbytes, whole_elements=False) is None:
+        if (
+            isinstance(buf, Buffer)
+            and buf.device is self.device
+            and buf.alive
+            and _size_problem(self, b, buf.nbytes, whole_elements=False) is None
+        ):
             return buf
         what = f"buffer {index} (binding {b.binding}{' ' + b.name if b.name else ''})"
         if not isinstance(buf, Buffer):
@@ -404,6 +414,7 @@ class _Argument:
         self.array = array
         self.write_back = write_back
         self.staged: Buffer | None = None
+        self.held = False  # staged in the Program's own buffer, not borrowed from the pool
 
     @classmethod
     def of(cls, prog: Program, b: reflect.Binding, x: Any, index: int) -> _Argument:
@@ -448,23 +459,36 @@ class _Argument:
         _check_size(prog, b, arr.nbytes, what)
         return cls(b, None, arr, b.writable)
 
-    def upload(self, pool: Any) -> Buffer:
+    def upload(self, pool: Any, held: dict[int, Buffer], index: int) -> Buffer:
+        """The buffer bound for this argument: the Tensor's own, or a staging buffer with
+        the array written into it (the one ``held`` keeps for ``index`` when it fits)."""
         if self.tensor is not None:
             assert self.tensor.buffer is not None
             return self.tensor.buffer
         assert self.array is not None
-        self.staged = pool.acquire(self.array.nbytes)
-        self.staged.write(self.array)
-        return self.staged
+        nbytes = self.array.nbytes
+        buf = held.get(index)
+        if buf is None or not buf.alive or buf.nbytes != nbytes:
+            buf = pool.acquire(nbytes)
+            if nbytes <= HELD_STAGING_BYTES:
+                old = held.pop(index, None)
+                held[index] = buf
+                if old is not None:
+                    pool.release(old)
+        self.held = held.get(index) is buf
+        self.staged = buf
+        buf.write(self.array)
+        return buf
 
     def copy_back(self) -> None:
         if self.write_back and self.staged is not None and self.array is not None:
             self.staged.read(self.array)
 
     def give_back(self, pool: Any) -> None:
-        if self.staged is not None:
+        if self.staged is not None and not self.held:
             pool.release(self.staged)
-            self.staged = None
+        self.staged = None
+
 
 
 def _size_problem(

@@ -30,10 +30,8 @@ precompiles exactly that list, so an installed package needs no compiler.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import itertools
 import logging
-import pkgutil
 import re
 import shutil
 import struct
@@ -464,11 +462,8 @@ def register_variants(name: str, defines: Iterable[Mapping[str, int | str]]) -> 
 
 
 def variants() -> list[tuple[str, Defines]]:
-    """Every declared shader variant of every kernel module, sorted (imports them all)."""
-    from . import kernels  # noqa: PLC0415 - kernels import this module
-
-    for module in sorted(m.name for m in pkgutil.iter_modules(kernels.__path__)):
-        importlib.import_module(f"{kernels.__name__}.{module}")
+    """Every shader variant declared so far, sorted. Kernel modules declare theirs when
+    imported, and ``import vkcore`` imports every one (``vkcore/kernels/__init__.py``)."""
     return _listing(_registered)
 
 

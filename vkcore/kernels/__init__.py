@@ -1,2 +1,10 @@
-"""Kernel families. Each module checks arguments, picks a shader variant and grid, and
-hands :class:`vkcore.commands.Dispatch` lists to the device; none calls Vulkan itself."""
+"""Kernel families, thin wrappers over :class:`vkcore.Program`: each module checks
+arguments, picks a shader variant and grid, and records the Program's dispatches; none
+calls Vulkan itself.
+
+Every kernel module is imported here: each declares its shader variants when imported
+(:func:`vkcore.spirv.register_variants`), so ``import vkcore`` knows all of them (the
+wheel ships them; ``tests/test_builtin_programs.py`` checks none is left out).
+"""
+
+from . import matvec, matvec_batch, matvec_groups, qarrays, quant, softmax  # noqa: F401

@@ -23,7 +23,7 @@ def program(
     defines: Mapping[str, int | str],
     *,
     workgroup: int | None = None,
-    spec: Mapping[str, int] | None = None,
+    spec: Mapping[str | int, int] | None = None,
     texel: Mapping[int, str] | None = None,
 ) -> Program:
     """``Program.builtin(shader, ...)`` on ``device``, made once per variant."""
