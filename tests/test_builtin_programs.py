@@ -248,11 +248,11 @@ void main() { uint i = gl_GlobalInvocationID.x; if (i < pc.n) y[i] = pc.a * x[i]
 def test_calls_of_changing_sizes_on_one_program_are_each_right(device):
     """Small numpy arguments keep their staging buffer between calls: a new size, or a
     size past the kept limit, must still stage exactly that call's data."""
-    from vkcore import program as program_module
+    from vkcore import program_args
 
     prog = vkcore.Program(SCALE, device=device)
     rng = np.random.default_rng(3)
-    big = program_module.HELD_STAGING_BYTES // 4 + 64
+    big = program_args.HELD_STAGING_BYTES // 4 + 64
     for n in (256, 64, 256, big, 256, big, 1):
         x = rng.standard_normal(n).astype(np.float32)
         y = np.full(n, np.nan, np.float32)

@@ -34,31 +34,23 @@ Binding rules (descriptor set 0; a GLSL error is a :class:`vkcore.ShaderCompileE
 
 from __future__ import annotations
 
-import hashlib
 import math
-import struct
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from . import interface_file, reflect, spirv
+from . import interface_file, program_args, reflect, spirv
+from . import program_source as source_of
 from .commands import Dispatch
 from .device import Device, resolve
 from .memory import Buffer, Tensor, buffer_pool
 from .pipeline import Pipeline
+from .push_block import PushBlock, spec_value
 
-UNIFORM_BLOCK_LIMIT = 16384  # the minimum maxUniformBufferRange every Vulkan device offers
 _DESCRIPTOR_TYPES = {reflect.STORAGE_BUFFER: 7, reflect.UNIFORM_BUFFER: 6}
 _UNIFORM_TEXEL_BUFFER = 4
-_TEXEL_BYTES = {"r32f": 4, "r32ui": 4, "rgba32f": 16, "rgba32ui": 16}
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
-_INT_RANGE = {"int": (-(2**31), 2**31 - 1), "uint": (0, 2**32 - 1)}
-_PACK = {"int": "<i", "uint": "<I", "float": "<f"}
-# A numpy argument up to this size keeps its staging buffer in the Program between calls
-# (a repeated small call skips the pool); larger ones borrow from the pool per call.
-HELD_STAGING_BYTES = 1 << 16
 
 
 class Program:
@@ -77,7 +69,7 @@ class Program:
         texel: Mapping[int, str] | None = None,
         device: Device | None = None,
     ) -> None:
-        code = _code(source, path, spirv, include_dirs, defines)
+        code = source_of.spirv_of(source, path, spirv, include_dirs, defines)
         try:
             interface = reflect.reflect(code.code)
         except reflect.ReflectionError as exc:
@@ -130,15 +122,15 @@ class Program:
         self.push = interface.push
         self.spec_constants = interface.spec
         self._check_bindings()
-        self.texel = _texel_formats(self.device, self.bindings, texel)
+        self.texel = source_of.texel_formats(self.device, self.bindings, texel)
         self.spec = self._spec_values(spec, workgroup)
         self.workgroup = self._local_size()
         self._check_workgroup()
         self.pipeline = self._pipeline()
-        self._push_struct = _scalar_block(self.push, self.interface.push_size)
-        self._push_names = frozenset(m.name for m in self.push)
+        self._push_block = PushBlock(self.push, interface.push_size, name)
         self._max_groups_x = int(self.device.info.max_compute_work_group_count[0])
         self.max_binding = int(self.device.info.max_storage_buffer_range)
+        self.rules = program_args.BindingRules(self.device, self.texel, self.max_binding)
         # binding index -> the staging buffer a small numpy argument keeps between calls
         # (freed with the Program, like any collected Buffer)
         self._held: dict[int, Buffer] = {}
@@ -164,10 +156,13 @@ class Program:
                     "buffer), which vkcore.Program does not support; use a storage buffer"
                 )
         for b in self.bindings:
-            if b.kind == reflect.UNIFORM_BUFFER and b.fixed_bytes > UNIFORM_BLOCK_LIMIT:
+            if (
+                b.kind == reflect.UNIFORM_BUFFER
+                and b.fixed_bytes > program_args.UNIFORM_BLOCK_LIMIT
+            ):
                 raise ValueError(
                     f"binding {b.binding} ({b.name}) is a uniform block of {b.fixed_bytes} "
-                    f"bytes, more than {UNIFORM_BLOCK_LIMIT} (Vulkan's guaranteed "
+                    f"bytes, more than {program_args.UNIFORM_BLOCK_LIMIT} (Vulkan's guaranteed "
                     "maxUniformBufferRange); use a storage buffer"
                 )
         numbers = [b.binding for b in self.bindings]
@@ -192,8 +187,8 @@ class Program:
                 raise ValueError(
                     f"spec: the shader has no specialization constant {key!r} (named ones: {known})"
                 )
-            values[const.id] = _spec_value(const, value)
-        for dim, size in enumerate(_workgroup_dims(workgroup)):
+            values[const.id] = spec_value(const, value)
+        for dim, size in enumerate(source_of.workgroup_dims(workgroup)):
             spec_id = self.interface.local_size_ids[dim]
             if size is None:
                 continue
@@ -264,14 +259,14 @@ class Program:
         """Dispatch ``groups`` workgroups over ``buffers`` (binding order) with the push
         constants ``values`` (by member name) or ``push`` (the block's bytes)."""
         grid = self._grid(groups)
-        push_bytes = self._push_bytes(push, values)
+        push_bytes = self._push_block.pack(push, values)
         if len(buffers) != len(self.bindings):
             raise TypeError(
                 f"{self.name} takes {len(self.bindings)} buffers (bindings "
                 f"{[b.binding for b in self.bindings]}), got {len(buffers)}"
             )
         args = [
-            _Argument.of(self, b, x, i)
+            program_args.Argument.of(self.rules, b, x, i)
             for i, (b, x) in enumerate(zip(self.bindings, buffers, strict=True))
         ]
         dev = self.device
@@ -302,7 +297,7 @@ class Program:
         buffer may end in a partial runtime-array element or texel, which the shader cannot
         reach (a kernel binding a larger buffer says in its push constants what it reads)."""
         grid = self._grid(groups)
-        push_bytes = self._push_bytes(push, values)
+        push_bytes = self._push_block.pack(push, values)
         if len(buffers) != len(self.bindings):
             raise TypeError(
                 f"{self.name} takes {len(self.bindings)} buffers (bindings "
@@ -320,7 +315,7 @@ class Program:
             isinstance(buf, Buffer)
             and buf.device is self.device
             and buf.alive
-            and _size_problem(self, b, buf.nbytes, whole_elements=False) is None
+            and program_args.size_problem(self.rules, b, buf.nbytes, whole_elements=False) is None
         ):
             return buf
         what = f"buffer {index} (binding {b.binding}{' ' + b.name if b.name else ''})"
@@ -330,13 +325,13 @@ class Program:
             raise ValueError(f"{what} is on another device")
         if not buf.alive:
             raise ValueError(f"{what} is released")
-        _check_size(self, b, buf.nbytes, what, whole_elements=False)
+        program_args.check_size(self.rules, b, buf.nbytes, what, whole_elements=False)
         return buf
 
     def _grid(self, groups: int | Sequence[int]) -> tuple[int, int, int]:
         if type(groups) is int and 1 <= groups <= self._max_groups_x:  # the common case
             return groups, 1, 1
-        dims = _ints(groups, "groups")
+        dims = source_of.ints(groups, "groups")
         if not 1 <= len(dims) <= 3 or any(
             isinstance(g, bool) or not isinstance(g, (int, np.integer)) for g in dims
         ):
@@ -350,325 +345,6 @@ class Program:
                 )
         return int(dims[0]), int(dims[1]), int(dims[2])
 
-    def _push_bytes(self, push: bytes | None, values: Mapping[str, Any]) -> bytes:
-        size = self.interface.push_size
-        if push is not None:
-            if values:
-                raise TypeError("give push constants by name or as push=bytes, not both")
-            if not isinstance(push, (bytes, bytearray)) or len(push) != size:
-                got = len(push) if isinstance(push, (bytes, bytearray)) else type(push).__name__
-                raise ValueError(f"push must be {size} bytes (the push-constant block), got {got}")
-            return bytes(push)
-        if self._push_struct is not None and values.keys() == self._push_names:
-            fast = self._pack_scalars(values)
-            if fast is not None:
-                return fast
-        members = {m.name: m for m in self.push}
-        unknown = sorted(set(values) - set(members))
-        if unknown:
-            raise TypeError(
-                f"{self.name} has no push constant {unknown[0]!r} "
-                f"(it has {sorted(members) or 'none'})"
-            )
-        missing = sorted(set(members) - set(values))
-        if missing:
-            raise TypeError(f"{self.name}: push constant {missing[0]!r} is missing")
-        if self._push_struct is not None:  # scalars only: one pack of the whole block
-            return self._push_struct.pack(*(_member_value(m, values[m.name]) for m in self.push))
-        block = bytearray(size)
-        for m in self.push:
-            block[m.offset : m.offset + m.size] = _pack_member(m, values[m.name])
-        return bytes(block)
-
-    def _pack_scalars(self, values: Mapping[str, Any]) -> bytes | None:
-        """The block packed in one call, or None where a value needs the checked path
-        (a bool, a wrong type, an int out of range: that path names the problem)."""
-        items = [values[m.name] for m in self.push]
-        if any(type(v) is bool for v in items):
-            return None
-        assert self._push_struct is not None
-        try:
-            return self._push_struct.pack(*items)
-        except (struct.error, OverflowError, TypeError):
-            return None
-
     def __repr__(self) -> str:
         shape = f"bindings={len(self.bindings)}, workgroup={self.workgroup}"
         return f"vkcore.Program({self.name}, {shape})"
-
-
-# ---------------------------------------------------------------------- arguments
-class _Argument:
-    """One positional buffer of a call: a Tensor bound as is, or a numpy array staged in a
-    pooled buffer (copied back after the dispatch when the binding is writable)."""
-
-    def __init__(
-        self,
-        binding: reflect.Binding,
-        tensor: Tensor | None,
-        array: np.ndarray | None,
-        write_back: bool,
-    ) -> None:
-        self.binding = binding
-        self.tensor = tensor
-        self.array = array
-        self.write_back = write_back
-        self.staged: Buffer | None = None
-        self.held = False  # staged in the Program's own buffer, not borrowed from the pool
-
-    @classmethod
-    def of(cls, prog: Program, b: reflect.Binding, x: Any, index: int) -> _Argument:
-        plain = type(x) is np.ndarray and x.flags.c_contiguous and x.dtype != object
-        if (
-            plain
-            and _size_problem(prog, b, x.nbytes) is None
-            and (x.flags.writeable or not b.writable)
-        ):
-            return cls(b, None, x, b.writable)  # the common case: nothing to say
-        what = f"buffer {index} (binding {b.binding}{' ' + b.name if b.name else ''})"
-        if isinstance(x, Tensor):
-            if x.device is not prog.device:
-                raise ValueError(f"{what} is a Tensor on another device")
-            if x.buffer is None or not x.buffer.alive:
-                raise ValueError(f"{what} is an empty or released Tensor")
-            _check_size(prog, b, x.buffer.nbytes, what)
-            return cls(b, x, None, False)
-        if b.writable:
-            if not isinstance(x, np.ndarray):
-                raise TypeError(
-                    f"{what} is written by the shader: pass a numpy array (or a Tensor) "
-                    f"to take the result, got {type(x).__name__}"
-                )
-            if not x.flags.writeable or not x.flags.c_contiguous:
-                raise ValueError(
-                    f"{what} is written by the shader: the numpy array must be writable "
-                    "and C-contiguous to take the result"
-                )
-            arr = x
-        else:
-            if isinstance(x, (str, bytes, bytearray, memoryview)):
-                raise TypeError(
-                    f"{what} must be a numpy array or a vkcore.Tensor, got {type(x).__name__}"
-                )
-            try:
-                arr = np.ascontiguousarray(x)
-            except (TypeError, ValueError) as exc:
-                raise TypeError(f"{what} must be a numpy array or a vkcore.Tensor: {exc}") from None
-            if arr.dtype == object:
-                raise TypeError(f"{what} must be a numeric numpy array or a vkcore.Tensor")
-        _check_size(prog, b, arr.nbytes, what)
-        return cls(b, None, arr, b.writable)
-
-    def upload(self, pool: Any, held: dict[int, Buffer], index: int) -> Buffer:
-        """The buffer bound for this argument: the Tensor's own, or a staging buffer with
-        the array written into it (the one ``held`` keeps for ``index`` when it fits)."""
-        if self.tensor is not None:
-            assert self.tensor.buffer is not None
-            return self.tensor.buffer
-        assert self.array is not None
-        nbytes = self.array.nbytes
-        buf = held.get(index)
-        if buf is None or not buf.alive or buf.nbytes != nbytes:
-            buf = pool.acquire(nbytes)
-            if nbytes <= HELD_STAGING_BYTES:
-                old = held.pop(index, None)
-                held[index] = buf
-                if old is not None:
-                    pool.release(old)
-        self.held = held.get(index) is buf
-        self.staged = buf
-        buf.write(self.array)
-        return buf
-
-    def copy_back(self) -> None:
-        if self.write_back and self.staged is not None and self.array is not None:
-            self.staged.read(self.array)
-
-    def give_back(self, pool: Any) -> None:
-        if self.staged is not None and not self.held:
-            pool.release(self.staged)
-        self.staged = None
-
-
-
-def _size_problem(
-    prog: Program, b: reflect.Binding, nbytes: int, whole_elements: bool = True
-) -> str | None:
-    """What is wrong with a buffer of ``nbytes`` for binding ``b``, or None if it fits
-    (the binding rules of the module docstring, in this one place). ``whole_elements``
-    False (a recorded Buffer): a texel binding views the buffer's whole texels, so bytes
-    past the last whole texel are allowed (and not visible to the shader)."""
-    if nbytes == 0:
-        return "empty (a Vulkan buffer holds at least one byte)"
-    fmt = prog.texel.get(b.binding)
-    if fmt is not None:
-        texel = _TEXEL_BYTES[fmt]
-        if nbytes < texel or (whole_elements and nbytes % texel):
-            return f"{nbytes} bytes is not whole {fmt} texels ({texel} bytes)"
-        return None
-    if nbytes < b.fixed_bytes:
-        return f"{nbytes} bytes is smaller than the block's fixed part ({b.fixed_bytes} bytes)"
-    if whole_elements and b.stride and (nbytes - b.fixed_bytes) % b.stride:
-        return (
-            f"{nbytes} bytes is not the block's {b.fixed_bytes} fixed bytes plus whole "
-            f"elements of {b.stride} bytes"
-        )
-    limit = UNIFORM_BLOCK_LIMIT if b.kind == reflect.UNIFORM_BUFFER else prog.max_binding
-    if nbytes > limit:
-        return f"{nbytes} bytes is more than one binding may cover ({limit} bytes)"
-    return None
-
-
-def _check_size(
-    prog: Program, b: reflect.Binding, nbytes: int, what: str, whole_elements: bool = True
-) -> None:
-    problem = _size_problem(prog, b, nbytes, whole_elements)
-    if problem is not None:
-        raise ValueError(f"{what}: {problem}")
-
-
-def _pack_member(m: reflect.PushMember, value: Any) -> bytes:
-    items = (
-        [value]
-        if m.count == 1
-        else list(np.asarray(value).reshape(-1))
-        if _is_sequence(value)
-        else None
-    )
-    if items is None or len(items) != m.count:
-        raise TypeError(f"push constant {m.name!r} takes {m.count} {m.kind} values, got {value!r}")
-    return b"".join(struct.pack(_PACK[m.kind], _member_value(m, v)) for v in items)
-
-
-def _scalar_block(members: Sequence[reflect.PushMember], size: int) -> struct.Struct | None:
-    """A struct.Struct packing the whole block when every member is a scalar, else None."""
-    if any(m.count != 1 for m in members):
-        return None
-    fmt, at = "<", 0
-    for m in sorted(members, key=lambda m: m.offset):
-        fmt += "x" * (m.offset - at) + _PACK[m.kind][1]
-        at = m.offset + 4
-    fmt += "x" * (size - at)
-    if sorted(members, key=lambda m: m.offset) != list(members):
-        return None  # declared out of offset order: the per-member path keeps it simple
-    return struct.Struct(fmt)
-
-
-def _is_sequence(value: Any) -> bool:
-    return isinstance(value, (list, tuple, np.ndarray))
-
-
-def _member_value(m: reflect.PushMember, v: Any, what: str = "") -> int | float:
-    """``v`` checked against the member's type (``what`` names it in errors)."""
-    what = what or f"push constant {m.name!r}"
-    if m.kind == "float":
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
-            raise TypeError(f"{what} is a float, got {type(v).__name__}")
-        # inf and NaN are float32 values; a finite number beyond float32 is not.
-        too_big = abs(int(v)) > _FLOAT32_MAX if isinstance(v, (int, np.integer)) else False
-        f = math.inf if too_big else float(v)
-        if too_big or (math.isfinite(f) and abs(f) > _FLOAT32_MAX):
-            raise ValueError(f"{what} (float32) must be within +-{_FLOAT32_MAX:.8g}, got {v}")
-        return f
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{what} is an {m.kind}, got {type(v).__name__} {v!r}")
-    lo, hi = _INT_RANGE[m.kind]
-    if not lo <= int(v) <= hi:
-        raise ValueError(f"{what} ({m.kind}) must be in {lo}..{hi}, got {v}")
-    return int(v)
-
-
-# ---------------------------------------------------------------------- construction helpers
-def _code(
-    source: str | None,
-    path: str | Path | None,
-    blob: bytes | None,
-    include_dirs: Sequence[str | Path],
-    defines: Mapping[str, int | str] | None,
-) -> spirv.Spirv:
-    given = [
-        name for name, v in (("source", source), ("path", path), ("spirv", blob)) if v is not None
-    ]
-    if len(given) != 1:
-        raise TypeError(f"give exactly one of source, path or spirv, got {given or 'none'}")
-    if blob is not None:
-        if defines or include_dirs:
-            raise TypeError("defines and include_dirs apply to GLSL, not to spirv=")
-        if not isinstance(blob, (bytes, bytearray)):
-            raise TypeError(f"spirv must be bytes, got {type(blob).__name__}")
-        try:
-            spirv.check_spirv(bytes(blob))
-        except Exception as exc:  # noqa: BLE001 - cachefs.EntryError: say it as a bad argument
-            raise ValueError(f"spirv is not a usable compute module: {exc}") from None
-        key = hashlib.sha256(bytes(blob)).hexdigest()[:32]
-        return spirv.Spirv(bytes(blob), "given", 0.0, key)
-    if path is not None:
-        file = Path(path)
-        if not file.is_file():
-            raise FileNotFoundError(f"path: no shader file {file}")
-        return spirv.compile_source(
-            file.read_text(),
-            name=str(file),
-            include_dirs=[file.parent, *include_dirs],
-            defines=defines,
-        )
-    if not isinstance(source, str):
-        raise TypeError(f"source must be GLSL text (str), got {type(source).__name__}")
-    return spirv.compile_source(source, include_dirs=include_dirs, defines=defines)
-
-
-def _workgroup_dims(workgroup: int | Sequence[int] | None) -> list[int | None]:
-    if workgroup is None:
-        return [None, None, None]
-    dims = _ints(workgroup, "workgroup")
-    if not 1 <= len(dims) <= 3 or any(
-        isinstance(d, bool) or not isinstance(d, (int, np.integer)) for d in dims
-    ):
-        raise TypeError(f"workgroup must be an int or 1 to 3 ints, got {workgroup!r}")
-    return [int(d) for d in dims] + [None] * (3 - len(dims))
-
-
-def _ints(value: Any, name: str) -> list[Any]:
-    """``value`` as a list of its items (one int, or a sequence), else a TypeError."""
-    if isinstance(value, (int, np.integer)):
-        return [value]
-    try:
-        return list(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an int or 1 to 3 ints, got {value!r}") from None
-
-
-def _spec_value(const: reflect.SpecConstant, value: Any) -> int | float:
-    """The value as the pipeline takes it: ints as their 32-bit pattern, floats as float."""
-    label = const.name or f"SpecId {const.id}"
-    if const.kind == "bool":
-        if not isinstance(value, (bool, np.bool_)):
-            raise TypeError(f"spec: {label} is a bool, got {type(value).__name__}")
-        return int(bool(value))
-    member = reflect.PushMember(label, 0, const.kind)
-    number = _member_value(member, value, f"spec: {label}")
-    if const.kind == "int":
-        return struct.unpack("<I", struct.pack("<i", int(number)))[0]
-    return number
-
-
-def _texel_formats(
-    device: Device, bindings: Sequence[reflect.Binding], texel: Mapping[int, str] | None
-) -> dict[int, str]:
-    formats = dict(texel or {})
-    texel_bindings = {b.binding for b in bindings if b.kind == reflect.UNIFORM_TEXEL_BUFFER}
-    for number in sorted(set(formats) - texel_bindings):
-        raise ValueError(f"texel: binding {number} is not a textureBuffer of the shader")
-    for number in sorted(texel_bindings):
-        fmt = formats.get(number)
-        if fmt is None:
-            raise ValueError(
-                f"texel: binding {number} is a textureBuffer; give its view format, e.g. "
-                f"texel={{{number}: 'rgba32f'}} (one of {sorted(_TEXEL_BYTES)})"
-            )
-        if fmt not in device.info.texel_formats:
-            raise ValueError(
-                f"texel: format {fmt!r} for binding {number} is not readable as a uniform "
-                f"texel buffer on this device (it offers {sorted(device.info.texel_formats)})"
-            )
-    return formats
