@@ -26,25 +26,33 @@ from .quant import (
     unpack_nibbles,
 )
 from .softmax import log_softmax, softmax
+from .topk import gumbel, philox4x32, rank_order, sample, softmax_topk, topk, uniforms
 
 __all__ = [
     "ACT_INV",
     "ACT_TINY",
     "dequantize",
     "flush_subnormals",
+    "gumbel",
     "group_rowsums",
     "integer_range",
     "log_softmax",
     "matvec",
     "matvec_accumulators",
     "pack_nibbles",
+    "philox4x32",
     "quant_params",
     "quantize",
     "quantize_activation_columns",
     "quantize_activations",
+    "rank_order",
     "round_quotient",
+    "sample",
     "sequential_sum",
     "softmax",
+    "softmax_topk",
     "stored_rows",
+    "topk",
+    "uniforms",
     "unpack_nibbles",
 ]

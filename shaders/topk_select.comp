@@ -1,0 +1,240 @@
+#version 450
+// Top-k for small k (k <= KMAX, a specialization constant sizing private lists), and the
+// fused softmax + top-k (FUSED 1): the logits are read once, each invocation keeping a
+// running top-k list and the running softmax statistics (Milakov & Gimelshein 2018,
+// "Online normalizer calculation for softmax", the fused softmax + top-k algorithm).
+//
+// Each invocation scans a strided share of its workgroup's chunk, keeping its k best in a
+// private heap (rank order: topk_common.glsl), sorted at the end. The workgroup's k best are then taken in k rounds:
+// every invocation offers its list's head, the best head (largest key, then lowest index)
+// is emitted and its owner moves on. Indices are distinct, so exactly one owner moves
+// (empty slots all tie, but they only win once every list is exhausted).
+//
+// STAGE 0: one workgroup per row: lists, statistics and outputs in one dispatch.
+// STAGE 1: a row split into `nchunks` chunks: each writes its k best and its (m, l, bad)
+//          into `parts`.   STAGE 2: one workgroup per row merges the row's parts.
+// Outputs: values (FUSED 0: x at the index; FUSED 1: its probability over the whole row),
+// indices as int64 (two words: index, 0), and with want_status the row's (bad, M, L).
+#extension GL_GOOGLE_include_directive : require
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint KMAX = 8u;
+#include "workgroup_reduce.glsl"
+#include "topk_common.glsl"
+
+#if TEXEL
+#extension GL_EXT_samplerless_texture_functions : require
+layout(binding = 0) uniform textureBuffer x_texels;
+#define X(i) texelFetch(x_texels, int(i)).x
+#else
+layout(std430, binding = 0) readonly buffer Xs { float x[]; };
+#define X(i) x[i]
+#endif
+layout(std430, binding = 1) writeonly buffer Values { float values[]; };
+layout(std430, binding = 2) writeonly buffer Indices { uint indices[]; };
+layout(std430, binding = 3) buffer Parts { uint parts[]; };
+layout(std430, binding = 4) writeonly buffer Status { uvec4 status[]; };
+
+layout(push_constant) uniform Push {
+    uint n;           // row length
+    uint k;           // results per row, 1..KMAX
+    uint row_offset;  // first row of this dispatch
+    uint chunk;       // elements per workgroup (STAGE 1)
+    uint nchunks;     // chunks per row (STAGE 1 and 2)
+    uint want_status; // write status[row]
+} pc;
+
+shared uint sh_key[gl_WorkGroupSize.x];
+shared uint sh_idx[gl_WorkGroupSize.x];
+shared float sh_m[gl_WorkGroupSize.x];
+shared float sh_l[gl_WorkGroupSize.x];
+
+// Each invocation's k best so far: a heap whose root ranks last (the entry a better
+// element replaces), so an insertion walks one path of at most log2(k) + 1 levels.
+// llvmpipe ends an invocation's loops after 65,535 iterations in all (its loop limiter is
+// shared by every loop of the shader), so no loop here may depend on the data beyond
+// that depth: the host bounds the elements per invocation (topk_steps.select_plan).
+uint list_key[KMAX];
+uint list_idx[KMAX];
+
+void list_clear() {
+    for (uint j = 0u; j < pc.k; ++j) { list_key[j] = 0u; list_idx[j] = NO_INDEX; }
+}
+
+// Puts (key, idx) at slot j of the heap [0, size) and moves it down to its place.
+void sift_down(uint j, uint size, uint key, uint idx) {
+    for (;;) {
+        uint child = 2u * j + 1u;
+        if (child >= size) break;
+        // the child that ranks later moves up when it ranks after (key, idx)
+        if (child + 1u < size &&
+            ranks_before(list_key[child], list_idx[child], list_key[child + 1u], list_idx[child + 1u])) {
+            ++child;
+        }
+        if (!ranks_before(key, idx, list_key[child], list_idx[child])) break;
+        list_key[j] = list_key[child]; list_idx[j] = list_idx[child];
+        j = child;
+    }
+    list_key[j] = key; list_idx[j] = idx;
+}
+
+// (key, idx) replaces the root when it ranks before it.
+void list_offer(uint key, uint idx) {
+    if (ranks_before(key, idx, list_key[0], list_idx[0])) sift_down(0u, pc.k, key, idx);
+}
+
+// The heap into rank order (best first): the root, ranking last, goes to the end each time.
+void list_sort() {
+    for (uint end = pc.k - 1u; end > 0u; --end) {
+        uint key = list_key[end], idx = list_idx[end];
+        list_key[end] = list_key[0]; list_idx[end] = list_idx[0];
+        sift_down(0u, end, key, idx);
+    }
+}
+
+#define BEST_SLOT(a, b)                                                                     \
+    if (ranks_before(sh_key[b], sh_idx[b], sh_key[a], sh_idx[a])) {                         \
+        sh_key[a] = sh_key[b]; sh_idx[a] = sh_idx[b];                                       \
+    }
+#define MAX_SLOT(a, b) sh_m[a] = max(sh_m[a], sh_m[b]); sh_idx[a] |= sh_idx[b]
+#define SUM_SLOT(a, b) sh_l[a] += sh_l[b]
+
+// The best (key, idx) over the workgroup; every invocation gets it.
+void workgroup_best(bool single, uint key, uint idx, out uint best_key, out uint best_idx) {
+#if SUBGROUP
+    if (single) {
+        best_key = subgroupMax(key);
+        best_idx = subgroupMin(key == best_key ? idx : NO_INDEX);
+        return;
+    }
+#endif
+    uint me = gl_LocalInvocationID.x;
+    sh_key[me] = key; sh_idx[me] = idx;
+    barrier();
+    TREE_REDUCE(BEST_SLOT)
+    best_key = sh_key[0]; best_idx = sh_idx[0];
+    barrier();
+}
+
+// Merge of the invocations' (m, l, bad); every invocation gets the workgroup's.
+void workgroup_stats(bool single, inout float m, inout float l, inout uint bad) {
+#if SUBGROUP
+    if (single) {
+        float M = subgroupMax(m);
+        l = subgroupAdd(rescaled(l, m, M));
+        m = M;
+        bad = subgroupOr(bad);
+        return;
+    }
+#endif
+    uint me = gl_LocalInvocationID.x;
+    sh_m[me] = m; sh_idx[me] = bad;
+    barrier();
+    TREE_REDUCE(MAX_SLOT)
+    float M = sh_m[0];
+    bad = sh_idx[0];
+    sh_l[me] = rescaled(l, m, M);
+    barrier();
+    TREE_REDUCE(SUM_SLOT)
+    l = sh_l[0]; m = M;
+    barrier();
+}
+
+// Scans elements [begin, end) of row `row` (indices relative to the row) into the list
+// and the statistics.
+void scan(uint row, uint begin, uint end, inout float m, inout float l, inout uint bad) {
+    uint base = row * pc.n;
+#if FUSED
+    Stats s = stats_empty();
+#endif
+    for (uint i = begin + gl_LocalInvocationID.x; i < end; i += gl_WorkGroupSize.x) {
+        float v = X(base + i);
+        uint key = rank_key(v);
+#if FUSED
+        stats_add(s, v);
+#else
+        bad |= is_bad(v);
+#endif
+        list_offer(key, i);
+    }
+#if FUSED
+    m = s.m; l = stats_sum(s); bad = s.bad;
+#endif
+}
+
+uint part_base(uint row, uint c) { return (row * pc.nchunks + c) * (4u + 2u * pc.k); }
+
+// Merges the parts of `row` (STAGE 2): candidates into the list, statistics merged.
+void scan_parts(uint row, inout float m, inout float l, inout uint bad) {
+    for (uint c = gl_LocalInvocationID.x; c < pc.nchunks; c += gl_WorkGroupSize.x) {
+        uint p = part_base(row, c);
+        float pm = uintBitsToFloat(parts[p]);
+        float M = max(m, pm);
+        l = rescaled(l, m, M) + rescaled(uintBitsToFloat(parts[p + 1u]), pm, M);
+        m = M;
+        bad |= parts[p + 2u];
+    }
+    uint total = pc.nchunks * pc.k;
+    for (uint c = gl_LocalInvocationID.x; c < total; c += gl_WorkGroupSize.x) {
+        uint p = part_base(row, c / pc.k) + 4u + 2u * (c % pc.k);
+        list_offer(parts[p], parts[p + 1u]);
+    }
+}
+
+void main() {
+    uint row = gl_WorkGroupID.y + pc.row_offset;
+    bool single = false;
+#if SUBGROUP
+    single = one_subgroup();
+#endif
+    float m = NEG_INF, l = 0.0;
+    uint bad = 0u;
+    list_clear();
+#if STAGE == 0
+    scan(row, 0u, pc.n, m, l, bad);
+#elif STAGE == 1
+    uint begin = gl_WorkGroupID.x * pc.chunk;
+    scan(row, begin, min(begin + pc.chunk, pc.n), m, l, bad);
+#else
+    scan_parts(row, m, l, bad);
+#endif
+    list_sort();
+    workgroup_stats(single, m, l, bad);
+#if STAGE == 1
+    uint out_base = part_base(row, gl_WorkGroupID.x);
+    if (gl_LocalInvocationID.x == 0u) {
+        parts[out_base] = floatBitsToUint(m);
+        parts[out_base + 1u] = floatBitsToUint(l);
+        parts[out_base + 2u] = bad;
+        parts[out_base + 3u] = 0u;
+    }
+#else
+    float invL = reciprocal(l);
+    if (pc.want_status != 0u && gl_LocalInvocationID.x == 0u) {
+        status[row] = uvec4(bad, floatBitsToUint(m), floatBitsToUint(l), 0u);
+    }
+#endif
+    uint head = 0u;
+    for (uint r = 0u; r < pc.k; ++r) {
+        uint key = head < pc.k ? list_key[head] : 0u;
+        uint idx = head < pc.k ? list_idx[head] : NO_INDEX;
+        uint best_key, best_idx;
+        workgroup_best(single, key, idx, best_key, best_idx);
+        if (key == best_key && idx == best_idx) ++head;
+        if (gl_LocalInvocationID.x == 0u) {
+#if STAGE == 1
+            parts[out_base + 4u + 2u * r] = best_key;
+            parts[out_base + 5u + 2u * r] = best_idx;
+#else
+            uint o = row * pc.k + r;
+            float v = X(row * pc.n + best_idx);
+#if FUSED
+            values[o] = probability(v, m, invL, bad);
+#else
+            values[o] = v;
+#endif
+            indices[2u * o] = best_idx;
+            indices[2u * o + 1u] = 0u;
+#endif
+        }
+    }
+}

@@ -1,0 +1,219 @@
+"""The device steps of top-k, recorded for one submission: the small-k select kernel
+(``shaders/topk_select.comp``, also the fused softmax + top-k) and the bitonic sort for
+any k (``shaders/topk_sort.comp``).
+
+Buffers a caller provides (all device buffers; see :func:`scratch_bytes`):
+
+* ``values`` (rows x k float32), ``indices`` (rows x k int64, written as two words);
+* ``status`` (rows x 4 words): the row's NaN/+inf flag, and with the select kernel its
+  softmax maximum and sum (the sort reads them back for the fused output);
+* ``scratch``: the select kernel's per-chunk candidates, or the sort's pairs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import spirv
+from ..commands import Dispatch
+from ..device import Device
+from ..memory import Buffer
+from . import _common as c
+from . import programs, variants
+
+# k up to this goes through the select kernel: each invocation keeps a private sorted list
+# of k (key, index) pairs (2 * KMAX words of private memory), merged in k rounds.
+SMALL_K_MAX = 128
+# A chunk of a split row has at least this many elements (and 16 per kept candidate).
+MIN_CHUNK_ELEMENTS = 8192
+# llvmpipe ends an invocation's loops after 65,535 iterations in all (one limiter shared
+# by every loop of a shader): the select kernel's loops stay within this many, counting
+# each element's heap insertion at its worst (see max_elements_per_invocation).
+LOOP_BUDGET = 60000
+# Workgroup sizes off a CPU device: the select kernel's invocations hold private lists, so
+# fewer of them; the sort's steps are independent compare-exchanges.
+GPU_SELECT_WORKGROUP = 64
+GPU_SORT_WORKGROUP = 256
+# Items (elements or pairs) each sort invocation handles per step: on a CPU device a
+# workgroup costs more than a loop step, on a GPU a wide grid is cheap.
+CPU_ITEMS_PER_INVOCATION = 64
+GPU_ITEMS_PER_INVOCATION = 4
+
+variants.register(
+    "topk_select.comp",
+    spirv.define_grid(STAGE=[0, 1, 2], FUSED=[0, 1], TEXEL=[0, 1]),
+    exact=False,
+    reduces=True,
+)
+variants.register(
+    "topk_sort.comp",
+    [*spirv.define_grid(STAGE=[0, 1], FUSED=[0]), *spirv.define_grid(STAGE=[2], FUSED=[0, 1])],
+    exact=False,
+    reduces=False,
+)
+
+
+def _workgroup(device: Device, gpu: int) -> int:
+    """One subgroup on a CPU device (lavapipe runs it without barrier switches), else
+    ``gpu`` bounded by the device's limits."""
+    info = device.info
+    if info.is_cpu:
+        return max(1, info.subgroup_size or 8)
+    limit = min(info.max_compute_work_group_size[0], info.max_compute_work_group_invocations)
+    return max(1, min(gpu, limit))
+
+
+def _pow2_at_least(v: int) -> int:
+    return 1 << max(0, (v - 1).bit_length())
+
+
+@dataclass(frozen=True)
+class SelectPlan:
+    rows: int
+    n: int
+    k: int
+    kmax: int  # the private lists' size (a power of two >= k)
+    chunk: int  # elements per workgroup when split
+    nchunks: int  # workgroups per row (1: STAGE 0 alone)
+    workgroup: int
+
+    @property
+    def part_words(self) -> int:
+        return self.rows * self.nchunks * (4 + 2 * self.k) if self.nchunks > 1 else 0
+
+
+def max_elements_per_invocation(k: int, workgroup: int) -> int:
+    """Elements (or candidates) one select invocation may scan within LOOP_BUDGET: each
+    costs a loop step and at worst a heap walk of ``depth`` levels; the heap's clearing
+    and sorting and the k merge rounds (with shared-memory trees) come on top."""
+    depth = k.bit_length()
+    fixed = k * (depth + 4 + workgroup.bit_length()) + 64
+    return max(1, (LOOP_BUDGET - fixed) // (depth + 2))
+
+
+def select_plan(device: Device, rows: int, n: int, k: int) -> SelectPlan | None:
+    """The select kernel's layout, or None when k is too large for it (the sort then)."""
+    if k > SMALL_K_MAX:
+        return None
+    wg = _workgroup(device, GPU_SELECT_WORKGROUP)
+    most = max_elements_per_invocation(k, wg)
+    target = 4 * c.parallelism(device)
+    min_chunk = max(MIN_CHUNK_ELEMENTS, 16 * k)
+    nchunks = 1
+    if rows < target:
+        nchunks = max(1, min(c.ceil_div(n, min_chunk), c.ceil_div(target, rows)))
+    nchunks = max(nchunks, c.ceil_div(n, most * wg))
+    chunk = c.ceil_div(c.ceil_div(n, nchunks), wg) * wg
+    nchunks = c.ceil_div(n, chunk)
+    if nchunks > 1 and c.ceil_div(nchunks * k, wg) > most:
+        return None
+    return SelectPlan(rows, n, k, max(8, _pow2_at_least(k)), chunk, nchunks, wg)
+
+
+def _rows_per_dispatch(device: Device) -> int:
+    return int(device.info.max_compute_work_group_count[1])
+
+
+def select_steps(
+    device: Device,
+    plan: SelectPlan,
+    x: Buffer,
+    values: Buffer,
+    indices: Buffer,
+    parts: Buffer,
+    status: Buffer,
+    *,
+    fused: bool,
+    want_status: bool,
+) -> list[Dispatch]:
+    """The select kernel's dispatches over every row of ``plan``."""
+    texel = c.texel_format(device, x, "r32f")
+    stages = [0] if plan.nchunks == 1 else [1, 2]
+    steps = []
+    for stage in stages:
+        extra = variants.defines(device.info, exact=False, reduces=True)
+        defines = {"STAGE": stage, "FUSED": int(fused), "TEXEL": int(texel is not None)}
+        prog = programs.program(
+            device,
+            "topk_select.comp",
+            {**defines, **extra},
+            workgroup=plan.workgroup,
+            spec={"KMAX": plan.kmax},
+            texel={0: texel} if texel else None,
+        )
+        gx = plan.nchunks if stage == 1 else 1
+        per = _rows_per_dispatch(device)
+        for first in range(0, plan.rows, per):
+            count = min(per, plan.rows - first)
+            push = c.pack_u32(plan.n, plan.k, first, plan.chunk, plan.nchunks, int(want_status))
+            buffers = (x, values, indices, parts, status)
+            steps.append(prog.record(*buffers, groups=(gx, count, 1), push=push))
+    return steps
+
+
+@dataclass(frozen=True)
+class SortPlan:
+    rows: int
+    n: int
+    k: int
+    p: int  # padded row length, a power of two
+    workgroup: int
+    rows_per_group: int  # rows whose pairs fit one binding (one submission each)
+
+    def pair_bytes(self, rows: int) -> int:
+        return rows * self.p * 8
+
+
+def sort_plan(device: Device, rows: int, n: int, k: int) -> SortPlan:
+    """The sort's layout; a ValueError when one row's pairs exceed one binding."""
+    p = max(2, _pow2_at_least(n))
+    limit = int(device.info.max_storage_buffer_range)
+    if p * 8 > limit:
+        raise ValueError(
+            f"k={k} on rows of {n} needs a sort of {p * 8} bytes per row, more than this "
+            f"device's maxStorageBufferRange ({limit} bytes); use k <= {SMALL_K_MAX}"
+        )
+    per = min(rows, limit // (p * 8), _rows_per_dispatch(device))
+    return SortPlan(rows, n, k, p, _workgroup(device, GPU_SORT_WORKGROUP), max(1, per))
+
+
+def sort_steps(
+    device: Device,
+    plan: SortPlan,
+    first: int,
+    count: int,
+    x: Buffer,
+    values: Buffer,
+    indices: Buffer,
+    pairs: Buffer,
+    status: Buffer,
+    *,
+    fused: bool,
+    want_status: bool,
+) -> list[Dispatch]:
+    """Rows [first, first + count) sorted and their first k written (one submission)."""
+    wg = plan.workgroup
+    per_invocation = CPU_ITEMS_PER_INVOCATION if device.info.is_cpu else GPU_ITEMS_PER_INVOCATION
+    max_x = int(device.info.max_compute_work_group_count[0])
+
+    def step(stage: int, items: int, size: int = 0, stride: int = 0) -> Dispatch:
+        prog = programs.program(
+            device,
+            "topk_sort.comp",
+            {"STAGE": stage, "FUSED": int(fused and stage == 2)},
+            workgroup=wg,
+        )
+        gx = max(1, min(max_x, c.ceil_div(items, wg * per_invocation)))
+        push = c.pack_u32(plan.n, plan.k, plan.p, first, size, stride, int(want_status))
+        return prog.record(x, values, indices, pairs, status, groups=(gx, count, 1), push=push)
+
+    steps = [step(0, plan.p)]
+    size = 2
+    while size <= plan.p:
+        stride = size // 2
+        while stride >= 1:
+            steps.append(step(1, plan.p // 2, size, stride))
+            stride //= 2
+        size *= 2
+    steps.append(step(2, plan.k))
+    return steps
