@@ -452,9 +452,9 @@ def test_a_failed_upload_frees_what_it_made(device, rng, monkeypatch, fail_at):
 
 
 def test_a_row_longer_than_one_binding_is_refused(device, monkeypatch):
-    from vkcore.kernels import quant
+    from vkcore.kernels import storage
 
-    monkeypatch.setattr(quant, "binding_limit", lambda dev: 64)
+    monkeypatch.setattr(storage, "binding_limit", lambda dev: 64)
     with pytest.raises(ValueError, match="one row of q stored needs 80 bytes"):
         QT.from_arrays(np.zeros((2, 65), np.int8), np.ones(2, np.float32), device=device)
     qt = QT.from_arrays(np.zeros((9, 64), np.int8), np.ones(9, np.float32), device=device)

@@ -7,7 +7,7 @@ import pytest
 import vkcore
 from vkcore import reference
 from vkcore.kernels import matvec as mv
-from vkcore.kernels import quant
+from vkcore.kernels import storage
 
 SHAPES = [(1, 1), (1, 7), (3, 5), (5, 17), (8, 16), (33, 100), (7, 1000), (130, 257)]
 WEIGHTS = [(8, True, True), (8, False, True), (4, True, False), (2, False, False)]
@@ -125,7 +125,7 @@ def test_f32_baseline(device, rng, shape):
 
 
 def test_weights_split_across_buffers(device, rng, monkeypatch):
-    monkeypatch.setattr(quant, "binding_limit", lambda dev: 512)
+    monkeypatch.setattr(storage, "binding_limit", lambda dev: 512)
     w = rng.standard_normal((45, 70)).astype(np.float32)
     x = rng.standard_normal(70).astype(np.float32)
     b = rng.standard_normal(45).astype(np.float32)

@@ -10,7 +10,7 @@ import pytest
 import vkcore
 from vkcore import reference
 from vkcore.kernels import matvec_batch as mb
-from vkcore.kernels import quant
+from vkcore.kernels import storage
 
 # (bits, symmetric, per_channel, group_size): per tensor, per channel, groups that divide
 # a block, groups that do not (masked blocks), group size 1, packed 4/3/2-bit storage.
@@ -170,7 +170,7 @@ def test_float64_and_strided_input(device, rng):
 def test_weights_split_across_buffers(device, rng, monkeypatch, limit, shape, b):
     """Rows split across buffers; with (512) and without (4096) the per-row vectors also
     split per chunk (y of m * b floats no longer fits one binding at 512)."""
-    monkeypatch.setattr(quant, "binding_limit", lambda dev: limit)
+    monkeypatch.setattr(storage, "binding_limit", lambda dev: limit)
     m, n = shape
     w = (rng.standard_normal(shape) * 0.1).astype(np.float32)
     x = rng.standard_normal((n, b)).astype(np.float32)

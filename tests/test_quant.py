@@ -6,7 +6,7 @@ import pytest
 
 import vkcore
 from vkcore import reference
-from vkcore.kernels import quant
+from vkcore.kernels import quant, storage
 
 MODES = [(True, True), (True, False), (False, True), (False, False)]  # (symmetric, per_channel)
 
@@ -225,7 +225,7 @@ def test_tensor_input(device, rng):
 
 def test_weights_split_across_buffers(device, rng, monkeypatch):
     """A matrix larger than one storage binding (mocked at 256 bytes) is split by rows."""
-    monkeypatch.setattr(quant, "binding_limit", lambda dev: 256)
+    monkeypatch.setattr(storage, "binding_limit", lambda dev: 256)
     w = rng.standard_normal((37, 40)).astype(np.float32)  # 48-byte rows: 5 rows a buffer
     for symmetric, per_channel in MODES:
         qt = vkcore.quantize(w, symmetric=symmetric, per_channel=per_channel, device=device)
@@ -239,7 +239,7 @@ def test_dequantize_in_place_across_weight_buffers(device, rng, monkeypatch):
     from vkcore.kernels import _common
     from vkcore.memory import host_pool
 
-    monkeypatch.setattr(quant, "binding_limit", lambda dev: 12288)  # 768 weight rows a buffer
+    monkeypatch.setattr(storage, "binding_limit", lambda dev: 12288)  # 768 weight rows a buffer
     monkeypatch.setattr(_common, "POOLED_RESULT_BYTES", 0)  # every result from the pool
     w = rng.standard_normal((1000, 2)).astype(np.float32)  # an 8000-byte result: one binding
     assert host_pool(device).slot_bytes(w.nbytes) <= 12288
@@ -259,7 +259,7 @@ def test_dequantize_in_place_across_weight_buffers(device, rng, monkeypatch):
 
 
 def test_row_longer_than_a_binding_is_refused(device, monkeypatch):
-    monkeypatch.setattr(quant, "binding_limit", lambda dev: 64)
+    monkeypatch.setattr(storage, "binding_limit", lambda dev: 64)
     with pytest.raises(ValueError, match="binding limit"):
         vkcore.quantize(np.ones((2, 100), np.float32), device=device)
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .kernels.quant import QuantizedTensor
+from .kernels.qtensor import QuantizedTensor
 
 # The float32 scale is the real (hi - lo) / (2^b - 1) within 2^-24 relatively; over 255
 # steps that moves an asymmetric range's end by at most 255 * 2^-24 s < 2^-15 s.

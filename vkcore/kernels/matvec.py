@@ -43,17 +43,11 @@ from ..memory import Buffer, Tensor, asarray, buffer_pool
 from ..program import Program
 from . import _common as c
 from . import matvec_groups as mg
-from . import programs, variants
-from . import quant as _q
-from .quant import (
-    BLOCK,
-    Chunk,
-    QuantizedTensor,
-    ScratchOwner,
-    grid_rows,
-    row_slices,
-    rows_per_buffer,
-)
+from . import programs, storage, variants
+from .qlayout import BLOCK
+from .qtensor import QuantizedTensor
+from .quant import grid_rows
+from .storage import Chunk, ScratchOwner, row_slices, rows_per_buffer
 
 ACTIVATIONS = ("float", "int8", "uint8")
 MODES = {"float": 0, "int8": 1, "uint8": 2}
@@ -325,7 +319,7 @@ def _matvec(
     count = m * groups if out_acc else m  # y, or the accumulators of every group
     with dev.lock:
         xbuf = input_buffer(mat, xv, "x")
-        if not _q.vectors_fit(dev, m * groups):
+        if not storage.vectors_fit(dev, m * groups):
             return _matvec_by_chunks(mat, mode, xbuf, xv, bv, out_acc)
         bbuf = c.dummy_buffer(dev) if bv is None else input_buffer(mat, bv, "bias")
         y_tensor = Tensor.empty((count,), np.float32, dev) if isinstance(xv, Tensor) else None
@@ -350,7 +344,7 @@ def _matvec(
 
 def _check_binding(dev: Device, nbytes: int, name: str) -> None:
     """x is bound whole (the kernels split rows, not columns): refuse one too long."""
-    limit = _q.binding_limit(dev)
+    limit = storage.binding_limit(dev)
     if nbytes > limit:
         raise ValueError(
             f"{name} needs {nbytes} bytes in one storage binding, more than this device's "
@@ -431,7 +425,7 @@ def _pieces(mat: QuantizedTensor | F32Matrix, groups: int) -> list[tuple[Chunk, 
     start at any row of a chunk) so that rows x G 4-byte values fit one binding."""
     if not (isinstance(mat, QuantizedTensor) and mg.grouped(mat)):
         return [(ch, 0, ch.rows) for ch in mat.chunks]
-    step = max(1, _q.binding_limit(mat.device) // (4 * groups))
+    step = max(1, storage.binding_limit(mat.device) // (4 * groups))
     return [(ch, s, r) for ch in mat.chunks for s, r in row_slices(ch.rows, step)]
 
 

@@ -46,9 +46,10 @@ from ..memory import Buffer, Tensor, asarray, buffer_pool
 from ..program import Program
 from . import _common as c
 from . import matvec as mv
-from . import programs, variants
+from . import programs, storage, variants
 from . import quant as _q
-from .quant import BLOCK, QuantizedTensor
+from .qlayout import BLOCK
+from .qtensor import QuantizedTensor
 
 ROWS = 4  # rows per workgroup
 COLS = 8  # columns per tile (registers: ROWS * COLS accumulators per invocation)
@@ -196,7 +197,7 @@ def _batched(mat: QuantizedTensor | mv.F32Matrix, x: Any, bias: Any, mode: int) 
         xbuf = mv.input_buffer(mat, xv, "xb")
         act = mat.scratch_buffer("actb", 16 * b * layout.act_stride)
         steps = [_prepare(mat, mode, xbuf, act, layout)]
-        whole = 4 * m * b <= _q.binding_limit(dev) and _q.vectors_fit(dev, m)
+        whole = 4 * m * b <= storage.binding_limit(dev) and storage.vectors_fit(dev, m)
         if whole:
             return _run_whole(mat, mode, act, bias, layout, steps, isinstance(xv, Tensor))
         out = _run_by_chunks(mat, mode, act, bias, layout, steps)
@@ -224,7 +225,7 @@ class _Layout:
         self.act_stride = 1 + self.codes // 16 if integer else self.codes // 4
 
     def check(self, dev: Device) -> None:
-        limit = _q.binding_limit(dev)
+        limit = storage.binding_limit(dev)
         for name, nbytes in (
             ("x", 4 * self.n * self.b),
             ("x prepared", 16 * self.b * self.act_stride),

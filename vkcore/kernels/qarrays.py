@@ -1,7 +1,11 @@
-"""QuantizedTensor from arrays made elsewhere, back to arrays, and ``.npz`` files.
+"""The arrays behind ``QuantizedTensor.from_arrays``, ``to_arrays``, ``save`` and ``load``.
 
-``from_arrays(q, scale, zero_point=None, *, bits=8, group_size=None, device=None)`` takes
-integer codes ``q`` of shape ``(m, n)`` and the parameters of ``W = s (q - z)``:
+Host side only: :func:`checked` validates arrays made elsewhere and lays them out for
+storage, :func:`load` reads and checks a file; the class uploads what they return.
+
+``QuantizedTensor.from_arrays(q, scale, zero_point=None, *, bits=8, group_size=None,
+device=None)`` takes integer codes ``q`` of shape ``(m, n)`` and the parameters of
+``W = s (q - z)``:
 
 * ``zero_point=None``: symmetric, codes in ``[-(2^(b-1)-1), 2^(b-1)-1]`` (never -2^(b-1));
   otherwise asymmetric, codes and zero points in ``[0, 2^b - 1]``.
@@ -44,22 +48,24 @@ Mappings from other formats (each exact: the same ``W`` bit for bit in float32):
 
 ``to_arrays()`` returns the keyword arguments of ``from_arrays`` that rebuild the tensor
 bit for bit. ``save(qt, path)`` writes an ``.npz`` file (``allow_pickle`` never needed);
-``load(path)`` reads it back and checks every field it reads as ``from_arrays`` does.
+``QuantizedTensor.load(path)`` reads it back and checks every field it reads as
+``from_arrays`` does.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
-from ..device import Device, resolve
 from ..memory import Tensor
 from . import qlayout
 from .qlayout import Layout, ceil_div, integer_range
-from .qtensor import Chunk, QuantizedTensor, free_partial, lease_chunks, upload
+
+T = TypeVar("T")
 
 FORMAT = "vkcore.QuantizedTensor"
 VERSION = 1  # the .npz format version this code writes and reads
@@ -159,19 +165,12 @@ def _zero_points(zero_point: Any, shape: tuple[int, ...], bits: int) -> np.ndarr
 
 
 # --------------------------------------------------------------------------- building
-def from_arrays(
-    q: Any,
-    scale: Any,
-    zero_point: Any = None,
-    *,
-    bits: int = 8,
-    group_size: int | None = None,
-    device: Device | None = None,
-) -> QuantizedTensor:
-    """A QuantizedTensor holding ``W = s (q - z)`` (module docstring: arguments, mappings).
-
-    Raises TypeError/ValueError naming the argument for anything out of range or shape.
-    """
+def checked(
+    q: Any, scale: Any, zero_point: Any = None, *, bits: int = 8, group_size: int | None = None
+) -> tuple[Layout, np.ndarray, np.ndarray, np.ndarray]:
+    """The layout, stored rows ``(m, row_bytes)``, scales (float32) and zero points (int32)
+    of ``W = s (q - z)`` (module docstring: arguments, mappings), every argument checked:
+    a TypeError/ValueError names the one out of range or shape."""
     bits = qlayout.check_bits(bits)
     group_size = qlayout.check_group_size(group_size)
     symmetric = zero_point is None
@@ -181,39 +180,21 @@ def from_arrays(
     s = _scales(scale)
     per_channel = _param_shape(m, n, group_size, s.shape)
     z = np.zeros(s.shape, np.int32) if symmetric else _zero_points(zero_point, s.shape, bits)
-    dev = resolve(device)
-    dev.check()
     layout = Layout(m, n, bits, symmetric, per_channel, group_size)
-    return build(dev, layout, qlayout.pack_rows(codes, layout, z), s, z)
+    return layout, qlayout.pack_rows(codes, layout, z), s, z
 
 
-def build(
-    dev: Device, layout: Layout, rows: np.ndarray, s: np.ndarray, z: np.ndarray
-) -> QuantizedTensor:
-    """Upload checked stored rows ``(m, row_bytes)`` and parameters; on any failure every
-    buffer made here is freed."""
-    chunks: list[Chunk] = []
-    made: list[Tensor] = []
-    try:
-        lease_chunks(dev, layout.m, layout.row_bytes, chunks, "one row of q stored")
-        for ch in chunks:
-            ch.buffer.write(np.ascontiguousarray(rows[ch.row0 : ch.row0 + ch.rows]))
-        scale_t = upload(np.asarray(s, np.float32).reshape(layout.param_shape), dev, made)
-        zero_t = upload(np.asarray(z, np.int32).reshape(layout.param_shape), dev, made)
-        shape = (layout.m, layout.n)
-        return QuantizedTensor(
-            dev, shape, layout.bits, layout.symmetric, layout.per_channel, chunks,
-            scale_t, zero_t, group_size=layout.group_size,
-        )  # fmt: skip
-    except BaseException:
-        free_partial(chunks, made)
-        raise
-
-
-def to_arrays(qt: QuantizedTensor) -> dict[str, Any]:
-    """The keyword arguments of :func:`from_arrays` that rebuild ``qt`` bit for bit."""
-    if not isinstance(qt, QuantizedTensor):
+def _tensor(qt: Any) -> Any:
+    """``qt`` if it is a QuantizedTensor (it has a quantized layout), else a TypeError."""
+    if not isinstance(getattr(qt, "layout", None), Layout):
         raise TypeError(f"qt must be a vkcore.QuantizedTensor, got {type(qt).__name__}")
+    return qt
+
+
+def to_arrays(qt: Any) -> dict[str, Any]:
+    """The keyword arguments of ``QuantizedTensor.from_arrays`` that rebuild ``qt`` bit for
+    bit."""
+    qt = _tensor(qt)
     return {
         "q": qt.q,
         "scale": qt.scale,
@@ -250,13 +231,12 @@ def digest(fields: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
-def save(qt: QuantizedTensor, path: Any) -> None:
+def save(qt: Any, path: Any) -> None:
     """Write ``qt`` to ``path`` (exactly that name) as an uncompressed ``.npz``: the
     header fields of ``_HEADER``, ``codes`` (the packed bytes ``(m, ceil(n/2))`` uint8,
     low nibble first, when bits <= 4; else ``q``), ``scale`` and, when asymmetric,
     ``zero_point``, and ``digest`` (see :func:`digest`)."""
-    if not isinstance(qt, QuantizedTensor):
-        raise TypeError(f"qt must be a vkcore.QuantizedTensor, got {type(qt).__name__}")
+    qt = _tensor(qt)
     m, n = qt.shape
     stored = qt.stored_rows()
     codes = stored[:, : ceil_div(n, 2)] if qt.packed else stored[:, :n].view(qt.dtype)
@@ -278,8 +258,9 @@ def save(qt: QuantizedTensor, path: Any) -> None:
         np.savez(fh, **fields)  # type: ignore[arg-type]
 
 
-def load(path: Any, device: Device | None = None) -> QuantizedTensor:
-    """A QuantizedTensor from a file written by :func:`save`. Anything else (not a zip,
+def load(path: Any, make: Callable[..., T]) -> T:
+    """``make(**arrays)`` (``QuantizedTensor.from_arrays``) of the checked arrays of a file
+    written by :func:`save`. Anything else (not a zip,
     another program's .npz, a damaged zip whatever zipfile or numpy raise for it, a field
     missing, extra, of the wrong dtype or shape, codes or parameters out of range, a newer
     format version) is a ValueError naming the file (and the field), the cause chained;
@@ -295,7 +276,7 @@ def load(path: Any, device: Device | None = None) -> QuantizedTensor:
                 f"{type(exc).__name__}: {exc}"
             ) from exc
     try:
-        return _read(fields, device)
+        return make(**_read(fields))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{name!r}: {exc}") from None
 
@@ -319,7 +300,8 @@ def _field(fields: dict[str, np.ndarray], key: str, kind: str, ndim: int) -> np.
     return arr
 
 
-def _read(fields: dict[str, np.ndarray], device: Device | None) -> QuantizedTensor:
+def _read(fields: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The keyword arguments of ``from_arrays`` that a file's fields hold, checked."""
     if "format" not in fields or fields["format"].dtype.kind != "U":
         raise ValueError(f"not a saved vkcore.QuantizedTensor (fields: {sorted(fields)})")
     if str(fields["format"]) != FORMAT:
@@ -361,7 +343,7 @@ def _read(fields: dict[str, np.ndarray], device: Device | None) -> QuantizedTens
         _check_padding(fields["codes"], layout, zero)
     elif layout.packed:
         _check_padding(fields["codes"], layout, np.zeros(scale.shape, np.int32))
-    return from_arrays(codes, scale, zero, bits=bits, group_size=group_size, device=device)
+    return {"q": codes, "scale": scale, "zero_point": zero, "bits": bits, "group_size": group_size}
 
 
 def _stored_codes(raw: np.ndarray, layout: Layout) -> np.ndarray:

@@ -7,70 +7,20 @@ The storage layout (row padding, nibble order, parameter groups) is described in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from ..device import Device
-from ..memory import Buffer, Tensor, buffer_pool
-from . import _common as c
+from ..device import Device, resolve
+from ..memory import Buffer, Tensor
+from . import qarrays, storage
 from .qlayout import Layout, unpack_rows
+from .storage import Chunk, ScratchOwner
 
-
-def row_slices(total: int, step: int) -> Iterator[tuple[int, int]]:
-    for start in range(0, total, step):
-        yield start, min(step, total - start)
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """Rows ``[row0, row0 + rows)`` of the quantized matrix, stored in ``buffer``."""
-
-    row0: int
-    rows: int
-    buffer: Buffer
-
-
-class ScratchOwner:
-    """Row chunks of a matrix on the device, plus per-call buffers (vectors in and out)
-    kept for reuse by later calls."""
-
-    device: Device
-    chunks: list[Chunk]
-    scratch: dict[str, Buffer]
-    released = False
-    _remake = "create it again"  # what to do after release(), for the error message
-
-    def release(self) -> None:
-        """Free the device memory now (also happens when the object is collected)."""
-        self.released = True  # first: whatever fails below, nothing uses it again
-        for ch in self.chunks:
-            ch.buffer.destroy()
-        for buf in self.scratch.values():
-            buf.destroy()
-        self.scratch.clear()
-
-    def check_usable(self) -> None:
-        """Raise if the device is closed or :meth:`release` was called, saying which."""
-        self.device.check()
-        if self.released:
-            kind = type(self).__name__
-            raise c.ReleasedError(
-                f"this vkcore.{kind} was released (release() freed its device memory; "
-                f"its device is still open); {self._remake}"
-            )
-
-    def scratch_buffer(self, name: str, nbytes: int) -> Buffer:
-        """A buffer of at least ``nbytes`` kept for reuse across calls."""
-        buf = self.scratch.get(name)
-        if buf is None or not buf.alive or buf.nbytes < nbytes:
-            if buf is not None:
-                buf.destroy()
-            buf = Buffer(self.device, nbytes)
-            self.scratch[name] = buf
-        return buf
+# Writes the codes into the leased chunks; returns the scales and zero points.
+Fill = Callable[[list[Chunk]], tuple[np.ndarray, np.ndarray]]
 
 
 class QuantizedTensor(ScratchOwner):
@@ -145,9 +95,7 @@ class QuantizedTensor(ScratchOwner):
         into buffers from ``take(nbytes)`` (the caller frees them)."""
         scale, zero = self.scale_tensor.buffer, self.zero_point_tensor.buffer
         assert scale is not None and zero is not None
-        from .quant import vectors_fit  # looked up there: tests lower quant.binding_limit
-
-        if not self.per_channel or vectors_fit(self.device, self.layout.param_count):
+        if not self.per_channel or storage.vectors_fit(self.device, self.layout.param_count):
             return [(scale, zero, 0)] * len(self.chunks)
         s, z = self.scale, self.zero_point
         out = []
@@ -187,6 +135,29 @@ class QuantizedTensor(ScratchOwner):
         return self.zero_point_tensor.numpy()
 
     @classmethod
+    def build(cls, dev: Device, layout: Layout, fill: Fill, what: str) -> QuantizedTensor:
+        """Lease row chunks for ``layout`` on ``dev`` (a row longer than one binding is a
+        ValueError naming ``what``), let ``fill(chunks)`` write the codes and return the
+        scales and zero points, and upload those; on any failure every buffer made here
+        is freed."""
+        chunks: list[Chunk] = []
+        made: list[Tensor] = []
+        try:
+            storage.lease_chunks(dev, layout.m, layout.row_bytes, chunks, what)
+            s, z = fill(chunks)
+            scale_t = storage.upload(
+                np.asarray(s, np.float32).reshape(layout.param_shape), dev, made
+            )
+            zero_t = storage.upload(np.asarray(z, np.int32).reshape(layout.param_shape), dev, made)
+            return cls(
+                dev, (layout.m, layout.n), layout.bits, layout.symmetric, layout.per_channel,
+                chunks, scale_t, zero_t, group_size=layout.group_size,
+            )  # fmt: skip
+        except BaseException:
+            storage.free_partial(chunks, made)
+            raise
+
+    @classmethod
     def from_arrays(
         cls,
         q: Any,
@@ -199,34 +170,35 @@ class QuantizedTensor(ScratchOwner):
     ) -> QuantizedTensor:
         """A tensor from codes and parameters made elsewhere: ``W = s (q - z)`` per group.
 
-        ``zero_point=None`` means symmetric. Every argument is checked (see
-        :func:`vkcore.kernels.qarrays.from_arrays`, which also maps ggml Q8_0 / Q4_0 and
-        torchao int4 onto it).
+        ``zero_point=None`` means symmetric. Every argument is checked, raising
+        TypeError/ValueError naming it (see :mod:`vkcore.kernels.qarrays`, which also maps
+        ggml Q8_0 / Q4_0 and torchao int4 onto it).
         """
-        from .qarrays import from_arrays
+        layout, rows, s, z = qarrays.checked(q, scale, zero_point, bits=bits, group_size=group_size)
+        dev = resolve(device)
+        dev.check()
 
-        return from_arrays(q, scale, zero_point, bits=bits, group_size=group_size, device=device)
+        def write(chunks: list[Chunk]) -> tuple[np.ndarray, np.ndarray]:
+            for ch in chunks:
+                ch.buffer.write(np.ascontiguousarray(rows[ch.row0 : ch.row0 + ch.rows]))
+            return s, z
+
+        return cls.build(dev, layout, write, "one row of q stored")
 
     def to_arrays(self) -> dict[str, Any]:
         """``{"q", "scale", "zero_point", "bits", "group_size"}``: the keyword arguments of
         :meth:`from_arrays` that rebuild this tensor bit for bit (zero_point None when
         symmetric)."""
-        from .qarrays import to_arrays
-
-        return to_arrays(self)
+        return qarrays.to_arrays(self)
 
     def save(self, path: Any) -> None:
         """Write the tensor to an ``.npz`` file (see :func:`vkcore.kernels.qarrays.save`)."""
-        from .qarrays import save
-
-        save(self, path)
+        qarrays.save(self, path)
 
     @classmethod
     def load(cls, path: Any, device: Device | None = None) -> QuantizedTensor:
         """Read a tensor written by :meth:`save`, checking everything it reads."""
-        from .qarrays import load
-
-        return load(path, device=device)
+        return qarrays.load(path, functools.partial(cls.from_arrays, device=device))
 
     def release(self) -> None:
         """Free the device memory now (also happens when the object is collected)."""
@@ -248,37 +220,3 @@ class QuantizedTensor(ScratchOwner):
         return (
             f"vkcore.QuantizedTensor(shape={self.shape}, bits={self.bits}, {kind}, {group}{packed})"
         )
-
-
-def upload(arr: np.ndarray, dev: Device, made: list[Tensor]) -> Tensor:
-    """A device Tensor holding ``arr`` (at least 4 bytes of buffer), appended to ``made``
-    so the caller frees it if a later step fails."""
-    t = Tensor(Buffer(dev, max(4, arr.nbytes)), arr.shape, arr.dtype, dev)
-    made.append(t)
-    assert t.buffer is not None
-    t.buffer.write(np.ascontiguousarray(arr))
-    return t
-
-
-def lease_chunks(
-    dev: Device, m: int, row_bytes: int, chunks: list[Chunk], what: str = "one row of w quantized"
-) -> None:
-    """Append to ``chunks`` leased buffers for ``m`` rows of ``row_bytes``, split so that
-    each fits one binding. Leased: a released tensor's memory (pages already touched)
-    serves the next one of that size. A row longer than one binding is a ValueError
-    naming ``what``."""
-    from .quant import rows_per_buffer  # looked up there: tests lower quant.binding_limit
-
-    pool = buffer_pool(dev)
-    q_rows = rows_per_buffer(dev, row_bytes, what)
-    for row0, rows in row_slices(m, q_rows):
-        chunks.append(Chunk(row0, rows, pool.lease(rows * row_bytes)))
-
-
-def free_partial(chunks: list[Chunk], made: list[Tensor]) -> None:
-    """Free what a failed construction made (chunks and parameter tensors)."""
-    for ch in chunks:
-        ch.buffer.destroy()
-    for t in made:
-        if t.buffer is not None:
-            t.buffer.destroy()

@@ -51,17 +51,10 @@ from ..device import Device, resolve
 from ..memory import Buffer, HostBuffer, Tensor, buffer_pool, can_import_host, host_pool
 from ..program import Program
 from . import _common as c
-from . import programs, variants
+from . import programs, storage, variants
 from .qlayout import BLOCK, Layout, check_bits, check_group_size, integer_range
-from .qtensor import (  # noqa: F401  (re-exported: matvec and tests import them from here)
-    Chunk,
-    QuantizedTensor,
-    ScratchOwner,
-    free_partial,
-    lease_chunks,
-    row_slices,
-    upload,
-)
+from .qtensor import QuantizedTensor
+from .storage import Chunk, row_slices, rows_per_buffer
 
 WORKGROUP = 64
 # Rows per quantize/dequantize invocation (fewer workgroups; on lavapipe 4 beats 2 and 8),
@@ -93,30 +86,6 @@ variants.register(
     reduces=False,
 )
 _PARAMS = np.dtype([("s_norm", "<f4"), ("f1", "<f4"), ("f2", "<f4"), ("z", "<i4")])
-
-
-def binding_limit(device: Device) -> int:
-    """Largest buffer one storage binding may cover on ``device`` (tests lower it)."""
-    return int(device.info.max_storage_buffer_range)
-
-
-def vectors_fit(device: Device, m: int) -> bool:
-    """Whether one binding holds ``m`` 4-byte values (y, bias, scales, zero points, row
-    sums); where it does not, each row chunk binds its own slice."""
-    return 4 * m <= binding_limit(device)
-
-
-def rows_per_buffer(device: Device, row_bytes: int, what: str) -> int:
-    """Rows of ``row_bytes`` one binding holds; a row longer than a binding (rows are
-    never split by columns) is a ValueError naming ``what`` (the argument's row)."""
-    limit = binding_limit(device)
-    rows = limit // row_bytes
-    if rows == 0:
-        raise ValueError(
-            f"{what} needs {row_bytes} bytes, more than this device's storage-buffer "
-            f"binding limit (maxStorageBufferRange: {limit} bytes); split the matrix by columns"
-        )
-    return rows
 
 
 def quant_rows(device: Device) -> int:
@@ -274,30 +243,21 @@ def quantize(
     layout = Layout(m, n, bits, symmetric, per_channel, group_size)
     q_rows = rows_per_buffer(dev, layout.row_bytes, "one row of w quantized")
     w_rows = min(q_rows, rows_per_buffer(dev, 4 * n, "one row of w as float32"))
-    chunks: list[Chunk] = []
-    made: list[Tensor] = []  # scale and zero point: freed with the chunks on any failure
-    try:
-        # Leased: a released QuantizedTensor's memory (pages already touched) serves the
-        # next quantize of that size; fresh pages cost more to fault in than the kernel.
-        lease_chunks(dev, m, layout.row_bytes, chunks)
+
+    def fill(chunks: list[Chunk]) -> tuple[np.ndarray, np.ndarray]:
         if symmetric and per_channel and _rows_on_device(dev, w32, layout):
-            s, z = _quantize_rows(dev, arr, w32, chunks, w_rows, layout)
+            return _quantize_rows(dev, arr, w32, chunks, w_rows, layout)
+        if group_size is None:
+            hi, lo = row_range(arr, w32)
         else:
-            if group_size is None:
-                hi, lo = row_range(arr, w32)
-            else:
-                hi, lo = group_range(arr, w32, layout.group_cols)
-            s, z = group_params(hi, lo, bits, symmetric, per_channel)
-            _run_quantize(dev, w32, chunks, s, z, w_rows, layout)
-        scale_t = upload(s.reshape(layout.param_shape), dev, made)
-        zero_t = upload(z.reshape(layout.param_shape), dev, made)
-        return QuantizedTensor(
-            dev, (m, n), bits, symmetric, per_channel, chunks, scale_t, zero_t,
-            group_size=group_size,
-        )  # fmt: skip
-    except BaseException:
-        free_partial(chunks, made)
-        raise
+            hi, lo = group_range(arr, w32, layout.group_cols)
+        s, z = group_params(hi, lo, bits, symmetric, per_channel)
+        _run_quantize(dev, w32, chunks, s, z, w_rows, layout)
+        return s, z
+
+    # Leased: a released QuantizedTensor's memory (pages already touched) serves the next
+    # quantize of that size; fresh pages cost more to fault in than the kernel.
+    return QuantizedTensor.build(dev, layout, fill, "one row of w quantized")
 
 
 @dataclass(frozen=True)
@@ -504,7 +464,7 @@ def _import_rows(dev: Device, w32: np.ndarray, w_rows: int) -> int:
     if not w32.flags.c_contiguous or w32.ctypes.data % 4:
         return 0
     slack = 2 * int(dev.info.min_imported_host_pointer_alignment)
-    return max(0, min(w_rows, (binding_limit(dev) - slack) // (4 * w32.shape[1])))
+    return max(0, min(w_rows, (storage.binding_limit(dev) - slack) // (4 * w32.shape[1])))
 
 
 # --------------------------------------------------------------------------- dequantize
@@ -528,7 +488,7 @@ def dequantize(qt: QuantizedTensor, *, device: Device | None = None) -> np.ndarr
     # array's own pages, imported, written in place by the kernel.
     direct = None
     results = host_pool(dev)
-    fits = results.slot_bytes(4 * m * n) <= binding_limit(dev)
+    fits = results.slot_bytes(4 * m * n) <= storage.binding_limit(dev)
     if fits and 4 * m * n >= c.POOLED_RESULT_BYTES and can_import_host(dev):
         out, direct = results.empty((m, n), np.float32, imported=True)
     else:
