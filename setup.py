@@ -36,7 +36,7 @@ _COMPILE_ALL = r"""
 import json, sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from vkcore import interface_file, reflect, spirv
+from vkcore import interface_file, reflect, spirv, spirv_entry
 
 out = Path(sys.argv[1])
 found = spirv.variants()
@@ -49,7 +49,7 @@ def one(variant):
     # Through the content-addressed cache (checked entries, the same words a compile gives):
     # a build right after the tests, or a second build, compiles nothing again.
     code = spirv.get(name, defines).code
-    (out / f"{key}.spv").write_bytes(spirv.encode_entry(key, code))
+    (out / f"{key}.spv").write_bytes(spirv_entry.encode_entry(key, code))
     return {"key": key, "shader": name, "defines": defines}, code
 
 with ThreadPoolExecutor() as pool:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import vkcore
-from vkcore import cachefs, spirv, tune
+from vkcore import cachefs, glslang, spirv, spirv_entry, tune
 from vkcore import pipeline_cache as pc
 from vkcore.cli import main as cli_main
 
@@ -126,7 +126,7 @@ def another_entry(root: Path, kind: str, path: Path) -> bytes:
 def damage(root: Path, kind: str, how: str) -> Path:
     path = target(root, kind)
     data = path.read_bytes()
-    cap = {"spirv": spirv.MAX_ENTRY_BYTES, "pipeline": pc.DEFAULT_MAX_BYTES}.get(
+    cap = {"spirv": spirv_entry.MAX_ENTRY_BYTES, "pipeline": pc.DEFAULT_MAX_BYTES}.get(
         kind, tune.MAX_BYTES
     )
     if how == "flip":
@@ -213,17 +213,17 @@ def test_folder_owned_by_another_user_is_not_trusted(root):
 
 def test_shipped_spirv_is_checked(tmp_path, monkeypatch, caplog):
     """A damaged file shipped in the wheel is one warning and a compile, never used."""
-    if spirv.compiler_version() == "":
+    if glslang.compiler_version() == "":
         pytest.skip("needs the compiler")
     defines = {"STAGE": 0, "TEXEL": 1, "VEC4": 1, "LOG": 0}
     skey = spirv.source_key("softmax_online.comp", defines)
     good = spirv.compile_glsl("softmax_online.comp", defines)
     monkeypatch.setattr(spirv, "shipped_dir", lambda: tmp_path)
     monkeypatch.setenv("VKCORE_SPIRV_CACHE", "0")
-    (tmp_path / f"{skey}.spv").write_bytes(spirv.encode_entry(skey, good))
+    (tmp_path / f"{skey}.spv").write_bytes(spirv_entry.encode_entry(skey, good))
     spirv.clear_memory_cache()
     assert spirv.get("softmax_online.comp", defines).origin == "shipped"
-    for bad in (good, spirv.encode_entry(skey, good)[:-4], b""):
+    for bad in (good, spirv_entry.encode_entry(skey, good)[:-4], b""):
         (tmp_path / f"{skey}.spv").write_bytes(bad)
         spirv.clear_memory_cache()
         caplog.clear()

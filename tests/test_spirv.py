@@ -5,7 +5,7 @@ import struct
 import pytest
 
 import vkcore
-from vkcore import cachefs, spirv
+from vkcore import cachefs, spirv, spirv_entry
 
 
 def test_cached_spirv_is_used_without_the_compiler(monkeypatch, tmp_path):
@@ -72,19 +72,19 @@ KEY = "0123456789abcdef0123456789abcdef"
 
 
 def test_entry_round_trip_and_every_damage_is_detected(code):
-    entry = spirv.encode_entry(KEY, code)
-    assert spirv.decode_entry(entry, KEY) == code
+    entry = spirv_entry.encode_entry(KEY, code)
+    assert spirv_entry.decode_entry(entry, KEY) == code
     for at in range(0, len(entry), max(1, len(entry) // 300)):  # flipped bytes everywhere
         damaged = entry[:at] + bytes([entry[at] ^ 0x01]) + entry[at + 1 :]
         with pytest.raises(cachefs.EntryError):
-            spirv.decode_entry(damaged, KEY)
+            spirv_entry.decode_entry(damaged, KEY)
     for size in range(0, len(entry), max(1, len(entry) // 100)):  # every truncation
         with pytest.raises(cachefs.EntryError):
-            spirv.decode_entry(entry[:size], KEY)
+            spirv_entry.decode_entry(entry[:size], KEY)
     with pytest.raises(cachefs.EntryError, match="key"):
-        spirv.decode_entry(entry, KEY[::-1])
+        spirv_entry.decode_entry(entry, KEY[::-1])
     with pytest.raises(cachefs.EntryError, match="magic"):
-        spirv.decode_entry(code, KEY)  # bare SPIR-V (the old cache format) is not an entry
+        spirv_entry.decode_entry(code, KEY)  # bare SPIR-V (the old cache format) is not an entry
 
 
 def _word(code: bytes, index: int, value: int) -> bytes:
@@ -109,16 +109,16 @@ def _word(code: bytes, index: int, value: int) -> bytes:
     ],
 )
 def test_structural_checks(code, change, reason):
-    spirv.check_spirv(code)
+    spirv_entry.check_spirv(code)
     with pytest.raises(cachefs.EntryError, match=reason):
-        spirv.check_spirv(change(code))
+        spirv_entry.check_spirv(change(code))
 
 
 def test_every_registered_variant_passes_the_structural_check():
     if shutil.which("glslangValidator") is None:
         pytest.skip("needs the compiler")
     for name, defines in spirv.variants()[::7]:  # a spread of them: compiling all is slow
-        spirv.check_spirv(spirv.get(name, defines).code)
+        spirv_entry.check_spirv(spirv.get(name, defines).code)
 
 
 def test_cache_entry_is_checked_before_use(monkeypatch, tmp_path, caplog):

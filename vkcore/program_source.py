@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from . import reflect, spirv
+from . import reflect, spirv, spirv_entry
 from .device import Device
 from .program_args import TEXEL_BYTES
 
@@ -33,7 +33,7 @@ def spirv_of(
         if not isinstance(blob, (bytes, bytearray)):
             raise TypeError(f"spirv must be bytes, got {type(blob).__name__}")
         try:
-            spirv.check_spirv(bytes(blob))
+            spirv_entry.check_spirv(bytes(blob))
         except Exception as exc:  # noqa: BLE001 - cachefs.EntryError: say it as a bad argument
             raise ValueError(f"spirv is not a usable compute module: {exc}") from None
         key = hashlib.sha256(bytes(blob)).hexdigest()[:32]

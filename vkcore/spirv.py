@@ -32,35 +32,19 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
-import re
-import shutil
-import struct
-import subprocess
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
-from . import cachefs, config
+from . import cachefs, config, glslang, spirv_entry
 from .errors import ShaderCompileError
 
 log = logging.getLogger("vkcore")
 
-TARGET_ENV = "vulkan1.1"
-ENTRY_MAGIC = b"VKCORESV"
-ENTRY_FORMAT = 1
-# magic, format, code bytes, key (32 ASCII hex digits), SHA-256 of key + code
-_ENTRY = struct.Struct("<8sII32s32s")
-MAX_ENTRY_BYTES = 16 * 1024 * 1024
-_SPIRV_MAGIC = 0x07230203
-_SPIRV_MAX_BOUND = 1 << 22  # the Vulkan minimum for the id bound limit is 4,194,303
-_OP_MEMORY_MODEL, _OP_ENTRY_POINT, _OP_CAPABILITY, _OP_FUNCTION_END = 14, 15, 17, 56
-_GL_COMPUTE = 5
 _PACKAGE_DIR = Path(__file__).resolve().parent
-_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 _memo: dict[str, Spirv] = {}
 _memo_lock = threading.Lock()
 Defines = dict[str, int | str]
@@ -113,32 +97,18 @@ def _source_text(name: str, root: Path, seen: set[str] | None = None) -> str:
     except FileNotFoundError:
         raise FileNotFoundError(f"shader source {path} not found") from None
     parts = [f"--- {name}\n", text]
-    for inc in _INCLUDE.findall(text):
+    for inc in glslang.INCLUDE.findall(text):
         parts.append(_source_text(inc, root, seen))
     return "".join(parts)
-
-
-def _define_args(defines: dict[str, int | str]) -> list[str]:
-    return [f"-D{k}={v}" for k, v in sorted(defines.items())]
 
 
 def source_key(name: str, defines: dict[str, int | str]) -> str:
     """Hash of everything that decides the SPIR-V except the compiler itself."""
     h = hashlib.sha256()
     h.update(_source_text(name, shader_dir(name)).encode())
-    h.update(repr(_define_args(defines)).encode())
-    h.update(TARGET_ENV.encode())
+    h.update(repr(glslang.define_args(defines)).encode())
+    h.update(glslang.TARGET_ENV.encode())
     return h.hexdigest()[:32]
-
-
-@cache
-def compiler_version() -> str:
-    """First line of ``glslangValidator --version``; empty when it is not installed."""
-    exe = shutil.which("glslangValidator")
-    if exe is None:
-        return ""
-    out = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False)
-    return out.stdout.strip().splitlines()[0] if out.stdout.strip() else "unknown"
 
 
 def _cache_dir() -> Path | None:
@@ -173,7 +143,7 @@ def _shipped(skey: str) -> bytes | None:
     """The checked SPIR-V shipped in the wheel for ``skey``, or None (warned if damaged)."""
     path = shipped_dir() / f"{skey}.spv"
     try:
-        return read_entry(path, skey, trust=False)
+        return spirv_entry.read_entry(path, skey, trust=False)
     except FileNotFoundError:
         return None
     except cachefs.EntryError as exc:
@@ -184,8 +154,9 @@ def _shipped(skey: str) -> bytes | None:
 def cache_key(skey: str, version: str | None = None) -> str:
     """The cache entry's key: the source key plus the compiler version (this machine's
     unless given) and entry format."""
-    version = compiler_version() if version is None else version
-    return hashlib.sha256(f"{skey}|{version}|entry{ENTRY_FORMAT}".encode()).hexdigest()[:32]
+    version = glslang.compiler_version() if version is None else version
+    text = f"{skey}|{version}|entry{spirv_entry.ENTRY_FORMAT}"
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 # Users' GLSL (compile_source) is also stored under this compiler "version": a process
@@ -205,13 +176,13 @@ def _from_cache_or(skey: str, compile_now: Callable[[], bytes], *, portable: boo
     keys = [cache_key(skey)]
     if portable:
         any_key = cache_key(skey, ANY_COMPILER)
-        keys = [any_key] if not compiler_version() else [keys[0], any_key]
+        keys = [any_key] if not glslang.compiler_version() else [keys[0], any_key]
     folder = _cache_dir()
     warned = False
     if folder is not None:
         path = folder / f"{keys[0]}.spv"
         try:
-            return Spirv(read_entry(path, keys[0]), "cache", 0.0, keys[0])
+            return Spirv(spirv_entry.read_entry(path, keys[0]), "cache", 0.0, keys[0])
         except FileNotFoundError:
             pass
         except cachefs.EntryError as exc:
@@ -220,130 +191,14 @@ def _from_cache_or(skey: str, compile_now: Callable[[], bytes], *, portable: boo
     code = compile_now()
     if folder is not None:
         for key in keys:
-            _store(folder / f"{key}.spv", encode_entry(key, code), quiet=warned)
+            _store(folder / f"{key}.spv", spirv_entry.encode_entry(key, code), quiet=warned)
     return Spirv(code, "compiled", 0.0, keys[0])
-
-
-def encode_entry(key: str, code: bytes) -> bytes:
-    """An entry's bytes: the header (with the digest of key and code), then ``code``."""
-    raw_key = key.encode("ascii")
-    if len(raw_key) != 32:
-        raise ValueError(f"key must be 32 hex digits, got {key!r}")
-    return _ENTRY.pack(ENTRY_MAGIC, ENTRY_FORMAT, len(code), raw_key, _digest(raw_key, code)) + code
-
-
-def _digest(raw_key: bytes, code: bytes) -> bytes:
-    return cachefs.sha256(ENTRY_MAGIC, raw_key, code)
-
-
-def decode_entry(data: bytes, key: str) -> bytes:
-    """The SPIR-V words of an entry stored under ``key``; :class:`cachefs.EntryError`
-    saying what is wrong (header, key, digest or SPIR-V structure)."""
-    if len(data) < _ENTRY.size:
-        raise cachefs.EntryError(f"truncated: {len(data)} bytes, the header alone is {_ENTRY.size}")
-    magic, version, size, raw_key, digest = _ENTRY.unpack_from(data)
-    if magic != ENTRY_MAGIC:
-        raise cachefs.EntryError(f"not a vkcore SPIR-V entry (magic {magic[:8]!r})")
-    if version != ENTRY_FORMAT:
-        raise cachefs.EntryError(f"entry format {version}, this vkcore reads {ENTRY_FORMAT}")
-    code = data[_ENTRY.size :]
-    if size != len(code):
-        raise cachefs.EntryError(f"code size field {size}, the entry holds {len(code)} bytes")
-    if raw_key != key.encode("ascii"):
-        raise cachefs.EntryError(f"written under key {raw_key[:32]!r}, looked up as {key}")
-    if _digest(raw_key, code) != digest:
-        raise cachefs.EntryError("SHA-256 mismatch (damaged entry)")
-    check_spirv(code)
-    return code
-
-
-def read_entry(path: Path, key: str, *, trust: bool = True) -> bytes:
-    """Read and check the entry at ``path`` for ``key`` (see the module docstring)."""
-    return decode_entry(cachefs.read_entry(path, MAX_ENTRY_BYTES, trust=trust), key)
-
-
-def check_spirv(code: bytes) -> None:
-    """Structural checks of a SPIR-V module (cheap: one walk over the instructions)."""
-    if len(code) < 20 or len(code) % 4:
-        raise cachefs.EntryError(f"SPIR-V of {len(code)} bytes: not whole words or no header")
-    words = struct.unpack(f"<{len(code) // 4}I", code)
-    magic, version, _generator, bound, schema = words[:5]
-    if magic != _SPIRV_MAGIC:
-        raise cachefs.EntryError(f"SPIR-V magic 0x{magic:08x}")
-    if version & 0xFF0000FF or (version >> 16) & 0xFF != 1 or (version >> 8) & 0xFF > 6:
-        raise cachefs.EntryError(f"SPIR-V version word 0x{version:08x}")
-    if not 0 < bound <= _SPIRV_MAX_BOUND or schema != 0:
-        raise cachefs.EntryError(f"SPIR-V id bound {bound} or schema {schema}")
-    at, seen, compute, op = 5, set(), False, 0
-    while at < len(words):
-        count, op = words[at] >> 16, words[at] & 0xFFFF
-        if count == 0 or at + count > len(words):
-            raise cachefs.EntryError(f"SPIR-V instruction at word {at} runs past the end")
-        if at == 5 and op != _OP_CAPABILITY:
-            raise cachefs.EntryError("SPIR-V does not start with OpCapability")
-        if op == _OP_ENTRY_POINT and count > 1 and words[at + 1] == _GL_COMPUTE:
-            compute = True
-        seen.add(op)
-        at += count
-    if _OP_MEMORY_MODEL not in seen or not compute:
-        raise cachefs.EntryError("SPIR-V has no memory model or no GLCompute entry point")
-    if op != _OP_FUNCTION_END:
-        raise cachefs.EntryError("SPIR-V does not end with OpFunctionEnd (cut short)")
 
 
 def compile_glsl(name: str, defines: dict[str, int | str]) -> bytes:
     """Run glslangValidator (and spirv-val when installed) on one of vkcore's variants."""
     root = shader_dir(name)
-    return _compile(root / name, [root], defines, f"{name} {defines}")
-
-
-def _compile(source: Path, include_dirs: Sequence[Path], defines: Defines, what: str) -> bytes:
-    """glslangValidator on the file ``source`` (a compute shader whatever its name), then
-    spirv-val; a GLSL error is a :class:`ShaderCompileError` with the compiler's lines."""
-    exe = shutil.which("glslangValidator")
-    if exe is None:
-        raise RuntimeError(
-            f"SPIR-V for shader {what} is neither shipped nor cached, and "
-            "glslangValidator is not installed (Debian: glslang-tools)"
-        )
-    with tempfile.TemporaryDirectory(prefix="vkcore-glsl-") as tmp:
-        out = Path(tmp) / "out.spv"
-        cmd = [exe, "-V", "-S", "comp", "--target-env", TARGET_ENV, *_define_args(defines)]
-        cmd += [f"-I{d}" for d in include_dirs] + ["-o", str(out), str(source)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            log_text = proc.stdout + proc.stderr
-            errors = [line[len("ERROR: ") :].strip() for line in log_text.splitlines()]
-            errors = [e for e in errors if e and not e[0].isdigit() and ":" in e]
-            raise ShaderCompileError(what, errors, log_text)
-        code = out.read_bytes()
-        val = shutil.which("spirv-val")
-        if val is not None:
-            proc = subprocess.run(
-                [val, "--target-env", TARGET_ENV, str(out)], capture_output=True, text=True
-            )
-            if proc.returncode != 0:
-                raise RuntimeError(f"spirv-val rejected {what}:\n{proc.stdout}{proc.stderr}")
-    return code
-
-
-# --------------------------------------------------------------------------- users' GLSL
-def _find_include(name: str, include_dirs: Sequence[Path]) -> Path:
-    for folder in include_dirs:
-        if (folder / name).is_file():
-            return folder / name
-    raise FileNotFoundError(f'#include "{name}" not found in {[str(d) for d in include_dirs]}')
-
-
-def _user_text(text: str, include_dirs: Sequence[Path], seen: set[Path]) -> str:
-    """``text`` followed by every file it includes (as glslang resolves them), recursively."""
-    parts = [text]
-    for inc in _INCLUDE.findall(text):
-        path = _find_include(inc, include_dirs).resolve()
-        if path not in seen:
-            seen.add(path)
-            parts += [f"--- {inc}\n", _user_text(path.read_text(), include_dirs, seen)]
-    return "".join(parts)
+    return glslang.compile_file(root / name, [root], defines, f"{name} {defines}")
 
 
 def compile_source(
@@ -362,9 +217,9 @@ def compile_source(
     dirs = [Path(d) for d in include_dirs]
     defs = dict(defines or {})
     h = hashlib.sha256(b"user-glsl\0")
-    h.update(_user_text(text, dirs, set()).encode())
-    h.update(repr(_define_args(defs)).encode())
-    h.update(TARGET_ENV.encode())
+    h.update(glslang.user_text(text, dirs, set()).encode())
+    h.update(repr(glslang.define_args(defs)).encode())
+    h.update(glslang.TARGET_ENV.encode())
     skey = h.hexdigest()[:32]
     with _memo_lock:
         hit = _memo.get(skey)
@@ -377,7 +232,7 @@ def compile_source(
             src = Path(tmp) / shown
             src.write_text(text)
             try:
-                return _compile(src, dirs, defs, name)
+                return glslang.compile_file(src, dirs, defs, name)
             except ShaderCompileError as exc:  # the user's name, not the temporary one
                 fix = [m.replace(str(src), name) for m in exc.messages]
                 raise ShaderCompileError(name, fix, exc.log.replace(str(src), name)) from None
@@ -404,26 +259,6 @@ def _store(path: Path, data: bytes, *, quiet: bool) -> None:
             return
         _unwritable.add(folder)
         log.warning("could not write SPIR-V cache entries in %s: %s", folder, exc)
-
-
-def entry_files(folder: Path) -> list[Path]:
-    """Entries (and leftover temp files) in a SPIR-V cache folder, sorted by name."""
-    if not folder.is_dir():
-        return []
-    return sorted(p for p in folder.iterdir() if p.name.endswith(".spv"))
-
-
-def entry_state(path: Path) -> str:
-    """``"intact"`` or why the cache entry at ``path`` would be refused (for the CLI)."""
-    if cachefs.is_temp(path):
-        return "leftover temp file (an interrupted write)"
-    try:
-        read_entry(path, path.name[: -len(".spv")])
-    except cachefs.EntryError as exc:
-        return f"damaged: {exc}"
-    except (FileNotFoundError, UnicodeEncodeError) as exc:
-        return f"damaged: {exc}"
-    return "intact"
 
 
 def clear_memory_cache() -> None:

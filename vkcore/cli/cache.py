@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .. import cachefs, config, spirv, tune
+from .. import cachefs, config, spirv_entry, tune
 from .. import pipeline_cache as pc
 from ..instance import version_string
 from ._args import cache_folder
@@ -143,7 +143,7 @@ def _simple(path: Path, state: str) -> dict[str, Any]:
 
 
 def spirv_entries(root: Path) -> list[dict[str, Any]]:
-    return [_simple(p, spirv.entry_state(p)) for p in spirv.entry_files(root / "spirv")]
+    return [_simple(p, spirv_entry.entry_state(p)) for p in spirv_entry.entry_files(root / "spirv")]
 
 
 def tune_files(folder: Path) -> list[Path]:
@@ -254,7 +254,7 @@ def run_clear(args: argparse.Namespace) -> int:
         return 0
     n_pc = _clear_folder(folder, pc.cache_files(folder))
     n_tune = _clear_folder(folder, tune_files(folder))
-    n_spv = _clear_folder(root / "spirv", spirv.entry_files(root / "spirv"))
+    n_spv = _clear_folder(root / "spirv", spirv_entry.entry_files(root / "spirv"))
     print(f"removed {n_pc} pipeline-cache file(s) from {folder}")
     print(f"removed {n_tune} tune file(s) from {folder}")
     print(f"removed {n_spv} SPIR-V entries from {root / 'spirv'}")
