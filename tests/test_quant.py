@@ -6,7 +6,7 @@ import pytest
 
 import vkcore
 from vkcore import reference
-from vkcore.kernels import quant, storage
+from vkcore.kernels import quant, quant_grid, storage
 
 MODES = [(True, True), (True, False), (False, True), (False, False)]  # (symmetric, per_channel)
 
@@ -327,11 +327,11 @@ def test_quant_report_cli(capsys):
 
 
 def test_rows_past_the_grid_limit_are_refused(device, monkeypatch):
-    monkeypatch.setattr(quant, "WORKGROUP", 1)
+    monkeypatch.setattr(quant_grid, "WORKGROUP", 1)
     limit = device.info.max_compute_work_group_count[0]
     with pytest.raises(ValueError, match="maxComputeWorkGroupCount"):
-        quant.column_groups(device, limit + 1)
-    assert quant.column_groups(device, limit) == limit
+        quant_grid.column_groups(device, limit + 1)
+    assert quant_grid.column_groups(device, limit) == limit
 
 
 def test_tensor_weights_stay_on_their_device(rng):

@@ -16,6 +16,7 @@ from vkcore import placement, tune
 from vkcore.kernels import _common as c
 from vkcore.kernels import matvec as mv
 from vkcore.kernels import quant as qk
+from vkcore.kernels import quant_grid, storage
 from vkcore.kernels import softmax as sm
 from vkcore.pipeline_cache import CacheKey
 
@@ -83,16 +84,16 @@ def test_matvec_launch_is_legal(dev, mode):
 def test_quantize_launch_and_splits_are_legal(dev):
     info = dev.info
     assert _workgroup_ok(info, qk._row_workgroup(dev))
-    assert _workgroup_ok(info, qk.WORKGROUP)
-    assert qk.quant_rows(dev) >= 1
+    assert _workgroup_ok(info, quant_grid.WORKGROUP)
+    assert quant_grid.quant_rows(dev) >= 1
     for n in (100, 4096, 1 << 20):
-        rows = qk.rows_per_buffer(dev, 4 * n, "w")
+        rows = storage.rows_per_buffer(dev, 4 * n, "w")
         assert rows * 4 * n <= info.max_storage_buffer_range, "one binding holds the rows"
         assert (rows + 1) * 4 * n > info.max_storage_buffer_range or rows >= 1
-    assert qk.column_groups(dev, 4096) <= info.max_compute_work_group_count[0]
+    assert quant_grid.column_groups(dev, 4096) <= info.max_compute_work_group_count[0]
     too_long = info.max_storage_buffer_range // 4 + 1
     with pytest.raises(ValueError, match="binding limit"):
-        qk.rows_per_buffer(dev, 4 * too_long, "w")
+        storage.rows_per_buffer(dev, 4 * too_long, "w")
 
 
 class _Sized:

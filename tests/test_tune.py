@@ -11,7 +11,7 @@ from checks import assert_every_matvec_mode
 import vkcore
 from vkcore import reference, tune, tuner
 from vkcore.kernels import matvec as mv
-from vkcore.kernels import programs, quant
+from vkcore.kernels import programs, quant_grid
 from vkcore.kernels import softmax as sm
 
 
@@ -55,7 +55,7 @@ def test_tune_chooses_every_rows_parameter_and_the_kernels_use_it(device, clean)
             assert times[value] == pytest.approx(sum(parts), rel=1e-12)
     assert mv.rows_per_workgroup(device, 0) == record["choices"]["matvec_rows"]
     assert mv.rows_per_workgroup(device, mv.MODE_F32) == record["choices"]["matvec_f32_rows"]
-    assert quant.quant_rows(device) == record["choices"]["quant_rows"]
+    assert quant_grid.quant_rows(device) == record["choices"]["quant_rows"]
 
 
 @pytest.mark.parametrize("value", tune.ROW_CANDIDATES["matvec_rows"])
@@ -206,7 +206,7 @@ def specialized_rows(device, shader):
 @pytest.mark.parametrize("value", tune.ROW_CANDIDATES["quant_rows"])
 def test_any_stored_quant_rows_gives_correct_results(device, clean, rng, value):
     write_choices(device, quant_rows=value)
-    assert quant.quant_rows(device) == value
+    assert quant_grid.quant_rows(device) == value
     w = rng.standard_normal((37, 99)).astype(np.float32)  # odd rows, odd columns
     for symmetric, per_channel in ((False, True), (True, False), (False, False)):
         qt = vkcore.quantize(w, symmetric=symmetric, per_channel=per_channel, device=device)
@@ -250,7 +250,7 @@ def test_values_tune_never_stores_are_ignored(device, clean, choices, caplog):
         assert sm.workgroup_size(device) == default
         assert mv.rows_per_workgroup(device, 0) == mv.ROWS
         assert mv.rows_per_workgroup(device, mv.MODE_F32) == mv.ROWS_F32
-        assert quant.quant_rows(device) == quant.QUANT_ROWS
+        assert quant_grid.quant_rows(device) == quant_grid.QUANT_ROWS
     assert caplog.text.count("WARNING") == 1 and "ignoring" in caplog.text
 
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import vkcore
 from vkcore import reference
 from vkcore.kernels import matvec as mv
-from vkcore.kernels import quant
+from vkcore.kernels import quant, quant_grid
 from vkcore.kernels import softmax as sm
 
 SIZES = [1, 3, 12, 13, 100, "max"]
@@ -76,7 +76,7 @@ def test_quantize_rows_any_workgroup(device, rng, monkeypatch, size):
 @pytest.mark.parametrize("size", FEW_SIZES)
 def test_quantize_and_dequantize_any_workgroup(device, rng, monkeypatch, size):
     wg = resolve(device, size)
-    monkeypatch.setattr(quant, "WORKGROUP", wg)
+    monkeypatch.setattr(quant_grid, "WORKGROUP", wg)
     w = rng.standard_normal((37, 99)).astype(np.float32)
     for symmetric, per_channel in ((False, True), (True, False)):
         qt = vkcore.quantize(w, symmetric=symmetric, per_channel=per_channel, device=device)

@@ -7,8 +7,10 @@ from . import reference
 from .device import Device, default_device, devices
 from .errors import ShaderCompileError, ValidationError, VulkanError
 from .instance import DeviceInfo
+from .kernels.dequantize import dequantize
 from .kernels.matvec import F32Matrix, matvec, matvec_f32
-from .kernels.quant import QuantizedTensor, dequantize, quantize
+from .kernels.qtensor import QuantizedTensor
+from .kernels.quant import quantize
 from .kernels.softmax import log_softmax, softmax
 from .memory import Tensor, asarray
 from .program import Program

@@ -129,8 +129,9 @@ def _coldwarm_demo(selector: str | None, results: dict[str, Any]) -> bool:
 
 def _quant_demo(dev: Device, results: dict[str, Any]) -> bool:
     """RTN quantization per tensor vs per channel, then the three matvec modes."""
+    from ..kernels.dequantize import dequantize
     from ..kernels.matvec import matvec
-    from ..kernels.quant import dequantize, quantize
+    from ..kernels.quant import quantize
     from ..quant_report import format_report, quant_error
 
     ok = True
@@ -204,8 +205,9 @@ def _group_demo(dev: Device, results: dict[str, Any]) -> bool:
     """Per channel vs 8-bit groups of 128 vs 4-bit groups of 32 on a layer with a few loud
     input columns (the case scale groups exist for), each checked against the reference
     and its per-group error bounds, with the bytes each keeps on the device."""
+    from ..kernels.dequantize import dequantize
     from ..kernels.matvec import matvec
-    from ..kernels.quant import dequantize, quantize
+    from ..kernels.quant import quantize
     from ..quant_report import quant_error
 
     rng = np.random.default_rng(5)

@@ -99,6 +99,11 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def grid_rows(device: Device) -> int:
+    """The most workgroups along y in one dispatch (kernels give rows the y axis)."""
+    return int(device.info.max_compute_work_group_count[1])
+
+
 def check_binding_size(device: Device, nbytes: int, name: str) -> None:
     """Refuse arrays larger than one storage-buffer binding allows on this device."""
     limit = device.info.max_storage_buffer_range

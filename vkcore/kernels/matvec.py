@@ -46,7 +46,6 @@ from . import matvec_groups as mg
 from . import programs, storage, variants
 from .qlayout import BLOCK
 from .qtensor import QuantizedTensor
-from .quant import grid_rows
 from .storage import Chunk, ScratchOwner, row_slices, rows_per_buffer
 
 ACTIVATIONS = ("float", "int8", "uint8")
@@ -516,7 +515,7 @@ def _grid(dev: Device, rows: int, mode: int) -> tuple[int, int, int]:
     groups = c.ceil_div(rows, rows_per_workgroup(dev, mode))
     gx = min(groups, int(dev.info.max_compute_work_group_count[0]))
     gy = c.ceil_div(groups, gx)
-    if gy > grid_rows(dev):
+    if gy > c.grid_rows(dev):
         raise ValueError(
             f"{rows} rows need more workgroups than this device allows; split the matrix"
         )

@@ -47,7 +47,6 @@ from ..program import Program
 from . import _common as c
 from . import matvec as mv
 from . import programs, storage, variants
-from . import quant as _q
 from .qlayout import BLOCK
 from .qtensor import QuantizedTensor
 
@@ -303,7 +302,7 @@ def _grid(dev: Device, rows: int) -> tuple[int, int, int]:
     tiles = c.ceil_div(rows, batch_tile(dev)[0])
     gx = min(tiles, int(dev.info.max_compute_work_group_count[0]))
     gy = c.ceil_div(tiles, gx)
-    if gy > _q.grid_rows(dev):
+    if gy > c.grid_rows(dev):
         raise ValueError(f"{rows} rows need more workgroups than this device allows")
     return gx, gy, 1
 

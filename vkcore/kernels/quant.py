@@ -26,7 +26,8 @@ Formulas (identical in :func:`vkcore.reference.quantize`, which tests compare bi
 * a group of only zeros gets ``s = 1, z = 0``: no NaN, and it dequantizes to exactly 0.
 * subnormal weights (``|w| < 2^-126``) count as 0, since Vulkan devices may flush them.
 * NaN or infinity anywhere in W is a ValueError naming the first bad ``(row, col)``.
-* dequantize: ``W_hat = s * (q - z)``, a single float32 multiply of an exact integer.
+* dequantize: ``W_hat = s * (q - z)``, a single float32 multiply of an exact integer
+  (:mod:`vkcore.kernels.dequantize`).
 
 Storage: rows of ``q`` are padded to a multiple of 16 bytes with the zero point of the
 row's last group, so the matvec kernel reads whole 16-byte blocks. Weights larger than
@@ -34,7 +35,7 @@ one storage-buffer binding are split by rows into several buffers.
 
 Speed: large writable float32 weights are read in place (imported host memory, no staging
 copy), through a uniform texel buffer where the device allows; each invocation quantizes
-one 16-byte block (16 columns, 32 packed) in ``quant_rows(device)`` rows with
+one 16-byte block (16 columns, 32 packed) in ``quant_grid.quant_rows(device)`` rows with
 straight-line code.
 """
 
@@ -48,23 +49,26 @@ import numpy as np
 
 from .. import config, spirv
 from ..device import Device, resolve
-from ..memory import Buffer, HostBuffer, Tensor, buffer_pool, can_import_host, host_pool
+from ..memory import Buffer, HostBuffer, Tensor, buffer_pool, can_import_host
 from ..program import Program
 from . import _common as c
 from . import programs, storage, variants
-from .qlayout import BLOCK, Layout, check_bits, check_group_size, integer_range
+from . import quant_grid as qg
+from .qlayout import BLOCK, Layout, integer_range
 from .qtensor import QuantizedTensor
-from .storage import Chunk, row_slices, rows_per_buffer
+from .quant_params import (
+    check_options,
+    device_params,
+    group_params,
+    group_range,
+    row_range,
+    weight_array,
+)
+from .storage import Chunk, row_slices
 
-WORKGROUP = 64
-# Rows per quantize/dequantize invocation (fewer workgroups; on lavapipe 4 beats 2 and 8),
-# unless `vkcore tune` stored another value for the device: see quant_rows.
-QUANT_ROWS = 4
 IMPORT_MIN_BYTES = 1 << 20  # smaller weights are copied: importing costs more than it saves
-_TINY = np.float32(np.finfo(np.float32).tiny)
-_SMALLEST = np.float32(2.0**-149)
-# Every variant these kernels can request, with the device-dependent defines of
-# variants.defines (RTE: all three promise exact results; SUBGROUP: quantize_rows reduces).
+# Every variant quantize can request, with the device-dependent defines of
+# variants.defines (RTE: both promise exact results; SUBGROUP: quantize_rows reduces).
 variants.register(
     "quantize.comp",
     [
@@ -79,138 +83,6 @@ variants.register(
 variants.register(
     "quantize_rows.comp", spirv.define_grid(TEXEL=[0, 1], PACKED=[0, 1]), exact=True, reduces=True
 )
-variants.register(
-    "dequantize.comp",
-    spirv.define_grid(VEC=[0, 1], TEXEL=[0, 1], GROUPED=[0, 1, 2], PACKED=[0, 1]),
-    exact=True,
-    reduces=False,
-)
-_PARAMS = np.dtype([("s_norm", "<f4"), ("f1", "<f4"), ("f2", "<f4"), ("z", "<i4")])
-
-
-def quant_rows(device: Device) -> int:
-    """Rows per quantize/dequantize invocation (specialization constant 1)."""
-    from .. import tune
-
-    return int(tune.choice(device, "quant_rows") or QUANT_ROWS)
-
-
-# --------------------------------------------------------------------------- arguments
-def check_options(
-    bits: Any, symmetric: Any, per_channel: Any, group_size: Any = None
-) -> int | None:
-    """Raise for a bad option (bits outside 2..8, a group_size that is not a positive int
-    or comes with per_channel=False); returns group_size as an int or None."""
-    check_bits(bits)
-    for name, value in (("symmetric", symmetric), ("per_channel", per_channel)):
-        if not isinstance(value, (bool, np.bool_)):
-            raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
-    size = check_group_size(group_size)
-    if size is not None and not per_channel:
-        raise ValueError(
-            f"group_size={size} needs per_channel=True (groups are columns of one row); "
-            "per_channel=False is one scale for the whole tensor"
-        )
-    return size
-
-
-def weight_array(w: Any) -> tuple[np.ndarray, np.ndarray]:
-    """The caller's 2-D matrix (as given) and its C-contiguous float32 form, or a clear
-    error; finiteness is checked by :func:`row_range` or on the device."""
-    data = c.float_input(w, "w")
-    arr = data.numpy() if isinstance(data, Tensor) else data
-    if arr.ndim != 2:
-        raise ValueError(f"w must be a 2-D matrix (outputs x inputs), got shape {arr.shape}")
-    if 0 in arr.shape:
-        raise ValueError(f"w must not be empty, got shape {arr.shape}")
-    with np.errstate(over="ignore"):  # float64 beyond float32 becomes inf, reported later
-        w32 = c.as_float32(arr)
-    return arr, w32
-
-
-def row_range(arr: np.ndarray, w32: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Row maxima and minima of ``w32``, or a ValueError naming its first NaN or infinity.
-
-    They are NaN or infinite exactly when the row holds such a value; group_params needs
-    them anyway, so the full element-wise scan runs only on failure.
-    """
-    row_max, row_min = w32.max(axis=1), w32.min(axis=1)
-    if not (np.isfinite(row_max).all() and np.isfinite(row_min).all()):
-        row, col = (int(i) for i in np.argwhere(~np.isfinite(w32))[0])
-        note = ""
-        if np.isfinite(arr[row, col]):
-            note = f" (it is {arr[row, col]!r}, beyond the float32 range)"
-        raise ValueError(f"w must be finite: w[{row}, {col}] is {w32[row, col]}{note}")
-    return row_max, row_min
-
-
-def group_range(arr: np.ndarray, w32: np.ndarray, group_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Maxima and minima of each row's groups of ``group_size`` columns, shape (m, G);
-    a ValueError naming the first NaN or infinity as :func:`row_range` does. The last
-    group may be shorter: its own columns only (padding it with zeros would not change
-    min(W, 0) and max(W, 0) either)."""
-    starts = np.arange(0, w32.shape[1], group_size)
-    g_max = np.maximum.reduceat(w32, starts, axis=1)
-    g_min = np.minimum.reduceat(w32, starts, axis=1)
-    if not (np.isfinite(g_max).all() and np.isfinite(g_min).all()):
-        row_range(arr, w32)  # raises, naming the first bad element
-    return g_max, g_min
-
-
-# --------------------------------------------------------------------------- parameters
-def group_params(
-    row_max: np.ndarray, row_min: np.ndarray, bits: int, symmetric: bool, per_channel: bool
-) -> tuple[np.ndarray, np.ndarray]:
-    """Scale and zero point per group from the rows' maxima and minima (module docstring)."""
-    qmin, qmax = integer_range(bits, symmetric)
-    hi = row_max.astype(np.float64) if per_channel else np.float64(row_max.max())
-    lo = row_min.astype(np.float64) if per_channel else np.float64(row_min.min())
-    lo = np.where(lo > -_TINY, 0.0, lo)  # the range contains 0; subnormals count as 0
-    hi = np.where(hi < _TINY, 0.0, hi)
-    if symmetric:
-        amax = np.maximum(hi, -lo)
-        scale64 = amax / qmax
-        empty = amax == 0
-        lo = np.zeros_like(amax)
-    else:
-        scale64 = (hi - lo) / (qmax - qmin)
-        empty = hi == lo
-    s = np.maximum(scale64.astype(np.float32), _SMALLEST)
-    s = np.where(empty, np.float32(1), s).astype(np.float32)
-    z = np.clip(np.rint(-lo / s.astype(np.float64)), qmin, qmax).astype(np.int32)
-    return np.asarray(s, np.float32), np.asarray(z, np.int32)
-
-
-def device_params(scale: np.ndarray, zero_point: np.ndarray) -> np.ndarray:
-    """Per group: the scale normalized into [1, 2) and two powers of two, each a normal
-    float32, whose product 2^e normalizes it (s * 2^e = s_norm); then z."""
-    s = np.atleast_1d(scale).astype(np.float32)
-    mant, ex = np.frexp(s)
-    e = (1 - ex).astype(np.int64)  # in [-126, 149] for positive float32 scales
-    e1 = np.clip(e, -126, 127)
-    out = np.zeros(s.shape, dtype=_PARAMS)
-    out["s_norm"] = np.ldexp(mant, 1).astype(np.float32)
-    out["f1"] = np.ldexp(np.float32(1), e1).astype(np.float32)
-    out["f2"] = np.ldexp(np.float32(1), e - e1).astype(np.float32)
-    out["z"] = np.atleast_1d(zero_point)
-    return out
-
-
-# --------------------------------------------------------------------------- layout
-def grid_rows(device: Device) -> int:
-    return int(device.info.max_compute_work_group_count[1])
-
-
-def column_groups(device: Device, count: int) -> int:
-    """Workgroups along a row of ``count`` items, or a clear error past the grid limit."""
-    groups = c.ceil_div(count, WORKGROUP)
-    limit = int(device.info.max_compute_work_group_count[0])
-    if groups > limit:
-        raise ValueError(
-            f"rows of {count} items need {groups} workgroups, more than this device's "
-            f"maxComputeWorkGroupCount[0] ({limit}); split the matrix by columns"
-        )
-    return groups
 
 
 # --------------------------------------------------------------------------- quantize
@@ -241,8 +113,8 @@ def quantize(
     arr, w32 = weight_array(w)
     m, n = w32.shape
     layout = Layout(m, n, bits, symmetric, per_channel, group_size)
-    q_rows = rows_per_buffer(dev, layout.row_bytes, "one row of w quantized")
-    w_rows = min(q_rows, rows_per_buffer(dev, 4 * n, "one row of w as float32"))
+    q_rows = storage.rows_per_buffer(dev, layout.row_bytes, "one row of w quantized")
+    w_rows = min(q_rows, storage.rows_per_buffer(dev, 4 * n, "one row of w as float32"))
 
     def fill(chunks: list[Chunk]) -> tuple[np.ndarray, np.ndarray]:
         if symmetric and per_channel and _rows_on_device(dev, w32, layout):
@@ -286,47 +158,25 @@ class _QuantizeJob:
         stride = lay.groups if lay.per_channel else 0
         qmin, qmax = integer_range(lay.bits, lay.symmetric)
         steps = []
-        for first, count in row_slices(rows, grid_rows(dev)):
+        for first, count in row_slices(rows, c.grid_rows(dev)):
             row = start + first  # in the chunk, as its parameters are
             head = c.pack_u32(n, blocks, count, offset + first * n, start + first, row, stride)
             head += np.array([qmin, qmax], dtype="<i4").tobytes()
             for vec, block0, count_x in parts:
                 if count_x:
                     prog = _quantize_program(dev, vec, texel and bool(vec), lay)
-                    groups = (column_groups(dev, count_x), c.ceil_div(count, quant_rows(dev)), 1)
+                    groups = qg.grid(dev, count_x, count)
                     push = head + c.pack_u32(block0, lay.group_cols, lay.groups - 1)
                     steps.append(prog.record(src, ch.buffer, params, groups=groups, push=push))
         dev.submitter.run(steps)
 
 
-def _device_defines(dev: Device, *, reduces: bool) -> dict[str, int]:
-    """RTE (and SUBGROUP for the reducing kernel) as the device allows: variants.defines."""
-    return variants.defines(dev.info, exact=True, reduces=reduces)
-
-
 def _quantize_program(dev: Device, vec: int, texel: bool, layout: Layout) -> Program:
     """VEC 1: vec4 loads of whole aligned blocks, through a texel buffer where possible;
     VEC 0: column by column; GROUPED: parameters per column, or per block where groups
-    are whole blocks (grouped_variant); PACKED: two codes per byte (shaders/quantize.comp)."""
-    grouped, packed = grouped_variant(layout), int(layout.packed)
-    defines = {"VEC": vec, "TEXEL": int(texel), "GROUPED": grouped, "PACKED": packed}
-    return programs.program(
-        dev,
-        "quantize.comp",
-        {**defines, **_device_defines(dev, reduces=False)},
-        workgroup=WORKGROUP,
-        spec={"ROWS": quant_rows(dev)},
-        texel={0: "rgba32f", 2: "rgba32ui"} if texel else None,
-    )
-
-
-def grouped_variant(layout: Layout) -> int:
-    """GROUPED define: 0 without group_size; 2 where each stored block (16 columns, 32
-    packed) lies in one group (group_cols a multiple of it); else 1 (per column)."""
-    if layout.group_size is None:
-        return 0
-    cols = 2 * BLOCK if layout.packed else BLOCK
-    return 2 if layout.group_cols % cols == 0 else 1
+    are whole blocks (qg.grouped_variant); PACKED: two codes per byte (shaders/quantize.comp)."""
+    formats = {0: "rgba32f", 2: "rgba32ui"} if texel else None
+    return qg.layout_program(dev, "quantize.comp", vec, formats, layout)
 
 
 def _run_quantize(
@@ -426,7 +276,7 @@ def _quantize_rows(
                 {
                     "TEXEL": int(texel),
                     "PACKED": int(layout.packed),
-                    **_device_defines(dev, reduces=True),
+                    **variants.defines(dev.info, exact=True, reduces=True),
                 },
                 workgroup=_row_workgroup(dev),
                 texel={0: "rgba32f"} if texel else None,
@@ -465,74 +315,3 @@ def _import_rows(dev: Device, w32: np.ndarray, w_rows: int) -> int:
         return 0
     slack = 2 * int(dev.info.min_imported_host_pointer_alignment)
     return max(0, min(w_rows, (storage.binding_limit(dev) - slack) // (4 * w32.shape[1])))
-
-
-# --------------------------------------------------------------------------- dequantize
-def dequantize(qt: QuantizedTensor, *, device: Device | None = None) -> np.ndarray:
-    """``W_hat = s * (q - z)`` as a float32 ``(m, n)`` numpy array, computed on the device.
-
-    Each value is one float32 multiply of the exact integer ``q - z``: it equals
-    :func:`vkcore.reference.dequantize` bit for bit (subnormal results aside, which a
-    device may flush to 0).
-    """
-    if not isinstance(qt, QuantizedTensor):
-        raise TypeError(f"qt must be a vkcore.QuantizedTensor, got {type(qt).__name__}")
-    qt.check_usable()
-    if device is not None and device is not qt.device:
-        raise ValueError("device must be the QuantizedTensor's own device (or None)")
-    dev = qt.device
-    m, n = qt.shape
-    y_rows = rows_per_buffer(dev, 4 * n, "one row of the result of dequantize(qt)")
-    pool = buffer_pool(dev)
-    # Where the whole result, rounded up to whole pages, fits one binding: the result
-    # array's own pages, imported, written in place by the kernel.
-    direct = None
-    results = host_pool(dev)
-    fits = results.slot_bytes(4 * m * n) <= storage.binding_limit(dev)
-    if fits and 4 * m * n >= c.POOLED_RESULT_BYTES and can_import_host(dev):
-        out, direct = results.empty((m, n), np.float32, imported=True)
-    else:
-        out = c.result_array(dev, (m, n))
-    vec = int(n % 4 == 0)
-    texel = all(c.texel_format(dev, ch.buffer, "rgba32ui") for ch in qt.chunks)
-    grouped, packed = grouped_variant(qt.layout), int(qt.packed)
-    defines = {"VEC": vec, "TEXEL": int(texel), "GROUPED": grouped, "PACKED": packed}
-    prog = programs.program(
-        dev,
-        "dequantize.comp",
-        {**defines, **_device_defines(dev, reduces=False)},
-        workgroup=WORKGROUP,
-        spec={"ROWS": quant_rows(dev)},
-        texel={0: "rgba32ui"} if texel else None,
-    )
-    blocks = qt.row_bytes // BLOCK
-    signed, stride = int(qt.symmetric), qt.groups if qt.per_channel else 0
-    # Otherwise a reused device buffer (fresh pages would fault inside the kernel) and a copy.
-    taken: list[Buffer] = []
-
-    def take(nbytes: int) -> Buffer:
-        taken.append(pool.acquire(max(16, nbytes)))
-        return taken[-1]
-
-    ybuf = direct if direct is not None else take(min(m, y_rows) * n * 4)
-    try:
-        per_chunk = qt.group_buffers(take)
-        for ch, (scale_buf, zero_buf, group0) in zip(qt.chunks, per_chunk, strict=True):
-            for start, rows in row_slices(ch.rows, y_rows):
-                steps = []
-                for first, count in row_slices(rows, grid_rows(dev) * quant_rows(dev)):
-                    row = ch.row0 + start + first
-                    y_row = row if direct is not None else first  # row in ybuf
-                    push = c.pack_u32(n, blocks, count, start + first, row - group0, y_row)
-                    push += c.pack_u32(stride, signed, qt.group_cols, qt.groups - 1)
-                    groups = (column_groups(dev, blocks), c.ceil_div(count, quant_rows(dev)), 1)
-                    steps.append(
-                        prog.record(ch.buffer, scale_buf, zero_buf, ybuf, groups=groups, push=push)
-                    )
-                dev.submitter.run(steps)
-                if direct is None:
-                    ybuf.read(out[ch.row0 + start : ch.row0 + start + rows])
-    finally:
-        for buf in taken:
-            pool.release(buf)
-    return out
