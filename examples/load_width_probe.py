@@ -114,8 +114,8 @@ def main() -> int:
     Path(folder, "load_probe.comp").write_text(SHADER)
     os.environ["VKCORE_SHADER_DIR"] = folder  # read before vkcore compiles anything
     import vkcore
+    from vkcore.buffer import Buffer
     from vkcore.commands import Dispatch
-    from vkcore.memory import Buffer
 
     dev = vkcore.default_device()
     nbytes = (1 if args.small else 16) << 20

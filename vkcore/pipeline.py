@@ -5,8 +5,8 @@ Every shader binds ``buffers`` buffers at bindings 0..buffers-1 of set 0 and tak
 it to a texel format; the shader then reads it as a uniform texel buffer
 (``textureBuffer``/``utextureBuffer`` with ``texelFetch``) through a view of the whole
 buffer. Specialization constant 0 is the workgroup size (``local_size_x_id = 0``); others
-are shader-specific. Creation always goes through the device's VkPipelineCache, with
-creation feedback when available.
+are shader-specific. Creation always goes through the device's VkPipelineCache
+(:class:`~vkcore.pipeline_cache.PipelineCache`), with creation feedback when available.
 """
 
 from __future__ import annotations
@@ -14,12 +14,11 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import spirv, vkapi
-
-if TYPE_CHECKING:
-    from .device import Device
+from .context import DeviceContext
+from .pipeline_cache import PipelineCache
 
 _STORAGE_BUFFER = 7
 _UNIFORM_TEXEL_BUFFER = 4
@@ -43,11 +42,12 @@ class _Handle:
 
 
 class Pipeline:
-    """One compute pipeline variant and the layouts it needs; owned by its Device."""
+    """One compute pipeline variant and the layouts it needs; owned by its Device, created
+    through ``cache``."""
 
     def __init__(
         self,
-        device: Device,
+        device: DeviceContext,
         shader: str,
         defines: dict[str, int | str],
         spec: dict[int, int | float],
@@ -57,8 +57,10 @@ class Pipeline:
         *,
         code: spirv.Spirv | None = None,
         bindings: Sequence[tuple[int, int]] | None = None,
+        cache: PipelineCache,
     ) -> None:
         self.device = device
+        self.cache = cache
         self.name = shader + "".join(f" {k}={v}" for k, v in sorted(defines.items()))
         self.buffers = buffers
         self.texel = dict(texel or {})
@@ -212,7 +214,7 @@ class Pipeline:
             basePipelineIndex=-1,
         )
         start = time.perf_counter()
-        with dev.pipeline_cache.creating() as cache_handle:
+        with self.cache.creating() as cache_handle:
             vkapi.check(
                 lib.vkCreateComputePipelines(
                     dev.handle, cache_handle, 1, info, ffi.NULL, self._handle
@@ -225,7 +227,7 @@ class Pipeline:
         if feedback is not None and feedback.flags & _FEEDBACK_VALID:
             self.cache_hit = bool(feedback.flags & _FEEDBACK_CACHE_HIT)
             self.driver_seconds = feedback.duration / 1e9
-        dev.pipeline_cache.record_creation(self.cache_hit)
+        self.cache.record_creation(self.cache_hit)
 
     def stats(self) -> dict[str, Any]:
         """Creation figures: SPIR-V origin and time, module and pipeline creation, cache hit."""

@@ -44,10 +44,12 @@ from typing import Any
 import numpy as np
 
 from . import reflect, spirv
+from .buffer import Buffer
 from .commands import Dispatch
 from .device import Device, resolve
-from .memory import Buffer, Tensor, buffer_pool
 from .pipeline import Pipeline
+from .pools import buffer_pool
+from .tensor import Tensor
 
 UNIFORM_BLOCK_LIMIT = 16384  # the minimum maxUniformBufferRange every Vulkan device offers
 _DESCRIPTOR_TYPES = {reflect.STORAGE_BUFFER: 7, reflect.UNIFORM_BUFFER: 6}

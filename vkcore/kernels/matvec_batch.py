@@ -40,9 +40,11 @@ from typing import Any
 
 import numpy as np
 
+from ..buffer import Buffer
 from ..commands import Dispatch
 from ..device import Device
-from ..memory import Buffer, Tensor, asarray, buffer_pool
+from ..pools import buffer_pool
+from ..tensor import Tensor, asarray
 from . import _common as c
 from . import matvec as mv
 from . import quant as _q

@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from ..device import Device, resolve
-from ..memory import Tensor
+from ..tensor import Tensor
 from . import qlayout
 from .qlayout import Layout, ceil_div, integer_range
 from .qtensor import Chunk, QuantizedTensor, free_partial, lease_chunks, upload

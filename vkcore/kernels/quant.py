@@ -47,9 +47,13 @@ from typing import Any
 import numpy as np
 
 from .. import config, spirv
+from ..buffer import Buffer
 from ..commands import Dispatch
 from ..device import Device, resolve
-from ..memory import Buffer, HostBuffer, Tensor, buffer_pool, can_import_host, host_pool
+from ..host_buffer import HOST_SHARING_MIN_BYTES as IMPORT_MIN_BYTES
+from ..host_buffer import HostBuffer, can_import_host
+from ..pools import buffer_pool, host_pool
+from ..tensor import Tensor
 from . import _common as c
 from . import variants
 from .qlayout import BLOCK, Layout, check_bits, check_group_size, integer_range
@@ -67,7 +71,6 @@ WORKGROUP = 64
 # Rows per quantize/dequantize invocation (fewer workgroups; on lavapipe 4 beats 2 and 8),
 # unless `vkcore tune` stored another value for the device: see quant_rows.
 QUANT_ROWS = 4
-IMPORT_MIN_BYTES = 1 << 20  # smaller weights are copied: importing costs more than it saves
 _TINY = np.float32(np.finfo(np.float32).tiny)
 _SMALLEST = np.float32(2.0**-149)
 # Every variant these kernels can request, with the device-dependent defines of
