@@ -36,7 +36,7 @@ import numpy as np
 
 import vkcore
 from vkcore import interface_file, reference, reflect, spirv
-from vkcore.instance import SUBGROUP_ARITHMETIC, DeviceInfo
+from vkcore.device_info import SUBGROUP_ARITHMETIC, DeviceInfo
 from vkcore.kernels import softmax as softmax_kernels
 
 SOFTMAX_MAX_ABS_ERR = 1e-6

@@ -11,8 +11,8 @@ import pytest
 
 import vkcore
 from vkcore import interface_file, reflect, spirv
+from vkcore.buffer import Buffer
 from vkcore.kernels import programs
-from vkcore.memory import Buffer
 
 
 def _all_variants():

@@ -17,7 +17,7 @@ import pytest
 
 import vkcore
 from vkcore import cachefs, glslang, spirv, spirv_entry, tune
-from vkcore import pipeline_cache as pc
+from vkcore import pipeline_cache_file as pc
 from vkcore.cli import main as cli_main
 
 KINDS = ("spirv", "pipeline", "tune")

@@ -52,7 +52,7 @@ def test_info_json_says_what_is_exact_here(capsys):
 def test_only_ascii_digits_select_a_device_by_index(selector):
     """int() reads other scripts' digits too; a selector of them is a name, not an index."""
     import vkcore
-    from vkcore.instance import choose
+    from vkcore.device_info import choose
 
     with pytest.raises(ValueError, match="matches no device name"):
         choose(vkcore.devices(), selector)

@@ -20,9 +20,11 @@ import pytest
 
 import vkcore
 from vkcore import reference
-from vkcore.commands import Submitter
+from vkcore.buffer import Buffer
 from vkcore.device import Device
-from vkcore.memory import Buffer, BufferPool, HostArrayPool, HostBuffer
+from vkcore.host_buffer import HostBuffer
+from vkcore.pools import BufferPool, HostArrayPool
+from vkcore.submitter import Submitter
 
 METHODS = [
     (Submitter, "run"),

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 import vkcore
+from vkcore.buffer import Buffer
 from vkcore.commands import Dispatch
 from vkcore.kernels._common import pack_u32
-from vkcore.memory import Buffer
 
 # A deliberately slow kernel: invocation i mixes a 32-bit state from i, `iterations` times.
 # (llvmpipe caps a loop at 65535 iterations, so long runs come from many invocations.)
@@ -121,7 +121,7 @@ OOM_CHILD = """
     import json, resource
     import numpy as np
     import vkcore
-    from vkcore.memory import Buffer
+    from vkcore.buffer import Buffer
 
     def vm_bytes():
         for line in open("/proc/self/status"):

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import vkcore
-from vkcore.device import per_device_map
-from vkcore.memory import Buffer
+from vkcore.buffer import Buffer
+from vkcore.per_device import per_device_map
 
 DROPPED_DEVICES = 50
 # RSS after the 50th dropped device against after the 5th (100 leaked devices took
@@ -113,7 +113,7 @@ def test_collected_buffer_handles_are_freed_by_close(vk_warnings):
 
 
 def test_per_device_state_lives_on_the_device():
-    from vkcore.device import PerDeviceMap
+    from vkcore.per_device import PerDeviceMap
 
     table = per_device_map()
     assert isinstance(table, PerDeviceMap)

@@ -16,9 +16,11 @@ import pytest
 from mesa25 import mesa25_env
 
 import vkcore
-from vkcore import memory, placement
+from vkcore import buffer, host_buffer, mapping, placement
+from vkcore.buffer import Buffer
 from vkcore.cli import main as cli_main
-from vkcore.memory import VK_WHOLE_SIZE, Buffer, HostBuffer, atom_range
+from vkcore.host_buffer import HostBuffer
+from vkcore.mapping import VK_WHOLE_SIZE, atom_range
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -71,7 +73,7 @@ def test_atom_range_edges():
 
 # ---------------------------------------------------------------------- placement by purpose
 def test_one_policy_decides():
-    assert not hasattr(memory, "choose_memory_type"), "the old second policy is gone"
+    assert not hasattr(buffer, "choose_memory_type"), "the old second policy is gone"
 
 
 def test_buffers_take_the_placement_of_their_purpose(device):
@@ -96,7 +98,7 @@ def test_staging_buffers_one_for_uploads_one_for_readbacks(monkeypatch, rng):
         t = vkcore.asarray(a, device=dev)
         assert t.buffer.mapped is None and t.buffer.choice.mapped is False
         np.testing.assert_array_equal(t.numpy(), a)
-        staging = dev.submitter.staging
+        staging = dev.transfers.staging
         assert set(staging) == {"upload", "readback"}
         for purpose, buf in staging.items():
             assert buf.purpose == purpose and buf.choice == dev.placement(purpose).preferred
@@ -133,7 +135,7 @@ def test_non_coherent_memory_is_flushed_and_invalidated(monkeypatch, rng, stagin
     """Coherent memory treated as non-coherent (legal to flush and invalidate): every host
     write is flushed and every host read invalidated, with atom-aligned ranges (the
     validation layer checks them), and results stay right."""
-    monkeypatch.setattr(memory, "ASSUME_NON_COHERENT", True)
+    monkeypatch.setattr(mapping, "ASSUME_NON_COHERENT", True)
     if staging:
         monkeypatch.setenv("VKCORE_FORCE_STAGING", "1")
     calls: list[tuple[str, int, int]] = []
@@ -300,7 +302,7 @@ def test_ctrl_c_as_a_creation_call_returns_leaves_nothing_alive(monkeypatch, cal
     vkBindBufferMemory or vkMapMemory returns: whatever the call made is freed, and the
     validation layer sees nothing alive at vkDestroyDevice."""
     with vkcore.Device(validation=True, pipeline_cache=False) as dev:
-        if kind == "host" and not memory.can_import_host(dev):
+        if kind == "host" and not host_buffer.can_import_host(dev):
             pytest.skip("this device does not import host memory")
         if (
             kind == "buffer"
@@ -311,7 +313,7 @@ def test_ctrl_c_as_a_creation_call_returns_leaves_nothing_alive(monkeypatch, cal
         before = dev.live_objects()
         tracker = _Tracker(dev, call)
         monkeypatch.setattr(dev, "lib", tracker.lib)
-        array = memory.page_aligned_empty((4096,), np.uint8)
+        array = host_buffer.page_aligned_empty((4096,), np.uint8)
         with pytest.raises(KeyboardInterrupt):
             Buffer(dev, 4096) if kind == "buffer" else HostBuffer(dev, array)
         assert tracker.buffers == set() and tracker.memories == set()

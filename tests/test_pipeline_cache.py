@@ -22,9 +22,10 @@ from mesa25 import mesa25_env
 
 import vkcore
 from vkcore import cachefs, config, reference
-from vkcore import pipeline_cache as pc
+from vkcore import pipeline_cache_file as pc
 from vkcore.cli import main as cli_main
 from vkcore.errors import VulkanError
+from vkcore.pipeline_cache import PipelineCache
 
 REPO = Path(__file__).resolve().parent.parent
 WORKER = REPO / "tests" / "pipeline_cache_worker.py"
@@ -53,13 +54,13 @@ def driver_blob(device):
 def offered(monkeypatch):
     """Every ``data`` argument vkcore passes towards vkCreatePipelineCache."""
     calls: list[bytes | None] = []
-    original = pc.PipelineCache._new_cache
+    original = PipelineCache._new_cache
 
     def spy(self, data):
         calls.append(None if data is None else bytes(data))
         return original(self, data)
 
-    monkeypatch.setattr(pc.PipelineCache, "_new_cache", spy)
+    monkeypatch.setattr(PipelineCache, "_new_cache", spy)
     return calls
 
 
@@ -177,7 +178,7 @@ def test_cold_then_warm_round_trip(root, key, offered):
     assert path.stat().st_mtime_ns == mtime
     assert cache.save(force=True) is True
     close_device(dev)
-    assert sorted(p.name for p in path.parent.iterdir()) == sorted([pc.LOCK_NAME, path.name])
+    assert sorted(p.name for p in path.parent.iterdir()) == sorted([cachefs.LOCK_NAME, path.name])
 
 
 def test_creation_feedback_is_recorded(root):
@@ -206,13 +207,13 @@ def test_disabled_by_environment(root, monkeypatch, offered):
 
 def test_merges_what_another_device_saved(root, key, monkeypatch):
     merged: list[bytes] = []
-    original = pc.PipelineCache._merge
+    original = PipelineCache._merge
 
     def spy(self, payload):
         merged.append(payload)
         return original(self, payload)
 
-    monkeypatch.setattr(pc.PipelineCache, "_merge", spy)
+    monkeypatch.setattr(PipelineCache, "_merge", spy)
     first, second = open_device(root), open_device(root)
     check_softmax(first)
     assert first.save_pipeline_cache() is True
@@ -226,14 +227,14 @@ def test_merges_what_another_device_saved(root, key, monkeypatch):
 
 def test_empty_driver_answer_is_not_written(root, monkeypatch):
     dev = open_device(root)
-    monkeypatch.setattr(pc.PipelineCache, "_driver_data", lambda self: b"")
+    monkeypatch.setattr(PipelineCache, "_driver_data", lambda self: b"")
     assert dev.save_pipeline_cache() is False
     monkeypatch.undo()
     close_device(dev)
 
 
 def test_ignored_cache_is_warned_about(caplog):
-    cache = object.__new__(pc.PipelineCache)
+    cache = object.__new__(PipelineCache)
     cache.path, cache.loaded_bytes, cache.loaded_header_only = Path("x"), 4096, False
     cache.hits = cache.creations = cache.feedback_creations = 0
     for _ in range(3):
@@ -269,7 +270,7 @@ class _FakeLib:
 
 def test_incomplete_is_retried(device):
     ffi = device.ffi
-    cache = object.__new__(pc.PipelineCache)
+    cache = object.__new__(PipelineCache)
     cache.handle = None
     cache.lock = threading.Lock()
     fake = _FakeLib(ffi, [32, 48])
@@ -428,14 +429,14 @@ def test_driver_refusing_checked_data_falls_back_to_empty(
     root, key, driver_blob, caplog, monkeypatch
 ):
     put(root, key, pc.encode(key, driver_blob))
-    original = pc.PipelineCache._new_cache
+    original = PipelineCache._new_cache
 
     def refuse(self, data):
         if data is not None:
             raise VulkanError("vkCreatePipelineCache", -3)
         return original(self, data)
 
-    monkeypatch.setattr(pc.PipelineCache, "_new_cache", refuse)
+    monkeypatch.setattr(PipelineCache, "_new_cache", refuse)
     with caplog.at_level(logging.WARNING, logger="vkcore"):
         dev = open_device(root)
     assert dev.pipeline_cache.load_status.startswith("rejected: the driver refused")
@@ -456,7 +457,7 @@ def _make_read_only(folder: Path, monkeypatch) -> None:
         raise PermissionError(30, "Read-only file system", str(folder))
 
     monkeypatch.setattr(pc, "_make_temp", denied)
-    monkeypatch.setattr(pc, "folder_lock", denied)
+    monkeypatch.setattr(cachefs, "folder_lock", denied)
 
 
 def _undo_read_only(folder: Path) -> None:
@@ -516,7 +517,7 @@ def test_concurrent_processes_never_damage_the_file(root, key):
     assert sum(sum(d.values()) for d in loads) == 48
     assert sum(d.get("loaded", 0) for d in loads) > 0
     folder = pc.pipeline_dir(root)
-    assert sorted(p.name for p in folder.iterdir()) == sorted([pc.LOCK_NAME, key.file_name()])
+    assert sorted(p.name for p in folder.iterdir()) == sorted([cachefs.LOCK_NAME, key.file_name()])
     assert pc.decode((folder / key.file_name()).read_bytes()).key == key
 
 
@@ -547,13 +548,13 @@ def test_threads_saving_one_device(root, key):
 def test_save_removes_temp_files_of_an_interrupted_save(root, key):
     folder = pc.pipeline_dir(root)
     folder.mkdir(parents=True)
-    leftover = folder / (pc.TEMP_PREFIX + "killed" + pc.SUFFIX)
+    leftover = folder / (cachefs.TEMP_PREFIX + "killed" + pc.SUFFIX)
     leftover.write_bytes(b"half a file")
     dev = open_device(root)
     check_softmax(dev)
     assert dev.save_pipeline_cache() is True
     close_device(dev)
-    assert sorted(p.name for p in folder.iterdir()) == sorted([pc.LOCK_NAME, key.file_name()])
+    assert sorted(p.name for p in folder.iterdir()) == sorted([cachefs.LOCK_NAME, key.file_name()])
 
 
 def test_failed_write_leaves_no_temp_file(tmp_path, monkeypatch):
@@ -562,9 +563,9 @@ def test_failed_write_leaves_no_temp_file(tmp_path, monkeypatch):
     def broken(src, dst):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(pc.os, "replace", broken)
+    monkeypatch.setattr(os, "replace", broken)
     with pytest.raises(OSError):
-        pc.write_atomic(target, b"data")
+        cachefs.write_atomic(target, b"data")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -639,7 +640,7 @@ def test_cli_ls_verify_clear(root, key, driver_blob, capsys):
     assert "0 damaged" in capsys.readouterr().out
     damaged = cache_path(root, other)
     damaged.write_bytes(flip(damaged.read_bytes(), 70))
-    (damaged.parent / (pc.TEMP_PREFIX + "abc" + pc.SUFFIX)).write_bytes(b"half")
+    (damaged.parent / (cachefs.TEMP_PREFIX + "abc" + pc.SUFFIX)).write_bytes(b"half")
     assert cli_main(["cache", "--dir", str(root), "verify"]) == 1
     out = capsys.readouterr().out
     assert "DAMAGED" in out and other.file_name() in out and "1 damaged" in out
@@ -647,7 +648,7 @@ def test_cli_ls_verify_clear(root, key, driver_blob, capsys):
 
     assert cli_main(["cache", "--dir", str(root), "clear"]) == 0
     assert "removed 3" in capsys.readouterr().out
-    assert [p.name for p in pc.pipeline_dir(root).iterdir()] == [pc.LOCK_NAME]
+    assert [p.name for p in pc.pipeline_dir(root).iterdir()] == [cachefs.LOCK_NAME]
     assert cli_main(["cache", "--dir", str(root), "verify"]) == 0
 
 

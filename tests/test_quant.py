@@ -237,7 +237,7 @@ def test_dequantize_in_place_across_weight_buffers(device, rng, monkeypatch):
     """Weights split over several buffers, dequantized straight into one imported result
     (each chunk's rows land at their own place)."""
     from vkcore.kernels import _common
-    from vkcore.memory import host_pool
+    from vkcore.pools import host_pool
 
     monkeypatch.setattr(storage, "binding_limit", lambda dev: 12288)  # 768 weight rows a buffer
     monkeypatch.setattr(_common, "POOLED_RESULT_BYTES", 0)  # every result from the pool

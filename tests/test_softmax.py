@@ -5,8 +5,8 @@ import pytest
 
 import vkcore
 from vkcore import reference
+from vkcore.host_buffer import HostBuffer, can_import_host
 from vkcore.kernels import softmax as sm
-from vkcore.memory import HostBuffer
 
 ALGS = ["online", "safe"]
 SEED = [1000.0, 1001.0, 1002.0]
@@ -214,7 +214,7 @@ def test_repeated_numpy_calls_resubmit_one_recording_with_fresh_data(device, rng
 
 
 def test_destroyed_pooled_buffers_drop_their_recordings(device, rng):
-    from vkcore.memory import buffer_pool
+    from vkcore.pools import buffer_pool
 
     x = rng.standard_normal((2, 4096)).astype(np.float32)
     vkcore.softmax(x, device=device)
@@ -238,7 +238,7 @@ def test_roofline_copy_copies(device, rng):
 def test_large_inputs_imported_without_copies(device, rng, start):
     base = rng.standard_normal(300_000 * 4 + 2048).astype(np.float32)
     x = base[start : start + 300_000 * 4].reshape(300, 4000)
-    expect_import = vkcore.memory.can_import_host(device) and x.ctypes.data % 16 == 0
+    expect_import = can_import_host(device) and x.ctypes.data % 16 == 0
     assert sm._importable(device, x) == expect_import
     for alg in ALGS:
         check_accuracy(vkcore.softmax(x, algorithm=alg, device=device), x)
@@ -257,7 +257,7 @@ def test_read_only_large_input_is_copied_not_imported(device, rng):
 
 
 def test_host_buffer_refuses_what_it_cannot_wrap(device):
-    if not vkcore.memory.can_import_host(device):
+    if not can_import_host(device):
         pytest.skip("device cannot import host memory")
     with pytest.raises(ValueError, match="C-contiguous"):
         HostBuffer(device, np.zeros((64, 64), np.float32)[:, ::2])
@@ -268,7 +268,7 @@ def test_host_buffer_refuses_what_it_cannot_wrap(device):
 
 
 def test_tensor_outputs_come_back_to_the_pool(device, rng):
-    from vkcore.memory import buffer_pool
+    from vkcore.pools import buffer_pool
 
     pool = buffer_pool(device)
     x = vkcore.asarray(rng.standard_normal((4, 1000)).astype(np.float32), device=device)
@@ -339,7 +339,7 @@ def test_results_are_plain_writable_arrays(device, rng):
 
 
 def test_host_pool_keeps_a_bounded_number_of_free_slots(device, rng):
-    from vkcore.memory import host_pool
+    from vkcore.pools import host_pool
 
     pool = host_pool(device)
     x = rng.standard_normal(LARGE).astype(np.float32)
@@ -364,9 +364,9 @@ def test_result_outlives_its_device(rng):
 def test_pooled_results_without_host_import(rng, monkeypatch):
     """A discrete GPU does not import host memory: results still come from the pool, the
     kernel writes a device buffer and the copy lands in recycled pages."""
-    from vkcore import memory
+    from vkcore import pools
 
-    monkeypatch.setattr(memory, "can_import_host", lambda dev: False)
+    monkeypatch.setattr(pools, "can_import_host", lambda dev: False)
     monkeypatch.setattr(sm, "can_import_host", lambda dev: False)
     x = rng.standard_normal(LARGE).astype(np.float32)
     with vkcore.Device(validation=True, pipeline_cache=False) as dev:

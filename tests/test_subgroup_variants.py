@@ -16,7 +16,7 @@ from test_rounding import _recording, declared_spirv, instructions
 
 import vkcore
 from vkcore import reference, spirv, tune
-from vkcore.instance import STAGE_COMPUTE, SUBGROUP_ARITHMETIC
+from vkcore.device_info import STAGE_COMPUTE, SUBGROUP_ARITHMETIC
 from vkcore.kernels import matvec as mv
 from vkcore.kernels import quant, variants
 from vkcore.kernels import softmax as sm

@@ -5,16 +5,16 @@ numpy in, numpy out; :class:`Tensor` in, Tensor out for data that stays on the d
 
 from . import reference
 from .device import Device, default_device, devices
+from .device_info import DeviceInfo
 from .errors import ShaderCompileError, ValidationError, VulkanError
-from .instance import DeviceInfo
 from .kernels.dequantize import dequantize
 from .kernels.matvec import F32Matrix, matvec, matvec_f32
 from .kernels.qtensor import QuantizedTensor
 from .kernels.quant import quantize
 from .kernels.softmax import log_softmax, softmax
-from .memory import Tensor, asarray
 from .program import Program
 from .quant_report import QuantError, quant_error
+from .tensor import Tensor, asarray
 
 __version__ = "0.1.0"
 

@@ -1,28 +1,25 @@
 """Compute pipelines: shader module, descriptor-set layout, pipeline layout, pipeline.
 
-Every shader binds ``buffers`` buffers at bindings 0..buffers-1 of set 0 and takes
-``push_size`` bytes of push constants. A binding is a storage buffer unless ``texel`` maps
-it to a texel format; the shader then reads it as a uniform texel buffer
-(``textureBuffer``/``utextureBuffer`` with ``texelFetch``) through a view of the whole
-buffer. Specialization constant 0 is the workgroup size (``local_size_x_id = 0``); others
-are shader-specific. Creation always goes through the device's VkPipelineCache, with
-creation feedback when available.
+A pipeline is made from SPIR-V and the layout reflected from it (:class:`vkcore.Program`
+makes every one, vkcore's own kernels included): ``bindings`` lists (binding number,
+VkDescriptorType) of set 0 in the order buffers are passed, ``push_size`` the bytes of
+push constants, ``spec`` the specialization constants by SpecId, ``texel`` the view
+format of each binding read as a uniform texel buffer (through a view of the buffer's
+whole texels). Creation always goes through the device's VkPipelineCache
+(:class:`~vkcore.pipeline_cache.PipelineCache`), with creation feedback when available.
 """
 
 from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from . import spirv, vkapi
+from .context import DeviceContext
+from .pipeline_cache import PipelineCache
 
-if TYPE_CHECKING:
-    from .device import Device
-
-_STORAGE_BUFFER = 7
-_UNIFORM_TEXEL_BUFFER = 4
 _FEEDBACK_VALID = 0x1
 _FEEDBACK_CACHE_HIT = 0x2
 
@@ -43,34 +40,32 @@ class _Handle:
 
 
 class Pipeline:
-    """One compute pipeline variant and the layouts it needs; owned by its Device."""
+    """One compute pipeline variant and the layouts it needs; owned by its Device, created
+    through ``cache``."""
 
     def __init__(
         self,
-        device: Device,
-        shader: str,
-        defines: dict[str, int | str],
-        spec: dict[int, int | float],
-        buffers: int,
+        device: DeviceContext,
+        name: str,
+        code: spirv.Spirv,
+        bindings: Sequence[tuple[int, int]],
         push_size: int,
-        texel: dict[int, str] | None = None,
+        spec: Mapping[int, int | float],
+        texel: Mapping[int, str],
         *,
-        code: spirv.Spirv | None = None,
-        bindings: Sequence[tuple[int, int]] | None = None,
+        cache: PipelineCache,
     ) -> None:
         self.device = device
-        self.name = shader + "".join(f" {k}={v}" for k, v in sorted(defines.items()))
-        self.buffers = buffers
-        self.texel = dict(texel or {})
-        self.push_size = push_size
-        self.spec = dict(spec)
-        # (binding number, VkDescriptorType) in the order buffers are passed; vkcore's own
-        # shaders bind 0..buffers-1, storage buffers unless ``texel`` names the binding.
-        if bindings is None:
-            bindings = [(i, self._default_type(i)) for i in range(buffers)]
+        self.cache = cache
+        self.name = name
+        self.spirv = code
         self.bindings = tuple(bindings)
+        self.buffers = len(self.bindings)
         self.binding_numbers = tuple(b for b, _ in self.bindings)
         self._types = dict(self.bindings)
+        self.texel = dict(texel)
+        self.push_size = push_size
+        self.spec = dict(spec)
         # The driver writes each handle straight into these: whatever is interrupted
         # after a creation call returns, destroy() still finds what it made.
         ffi = device.ffi
@@ -78,7 +73,6 @@ class Pipeline:
         self._set_layout = ffi.new("VkDescriptorSetLayout*")
         self._layout = ffi.new("VkPipelineLayout*")
         self._handle = ffi.new("VkPipeline*")
-        self.spirv = code if code is not None else spirv.get(shader, defines)
         try:
             self._create_module()
             self._create_layouts()
@@ -91,9 +85,6 @@ class Pipeline:
     set_layout = _Handle()
     layout = _Handle()
     handle = _Handle()
-
-    def _default_type(self, binding: int) -> int:
-        return _UNIFORM_TEXEL_BUFFER if binding in self.texel else _STORAGE_BUFFER
 
     def descriptor_type(self, binding: int) -> int:
         """The VkDescriptorType of binding number ``binding``."""
@@ -212,7 +203,7 @@ class Pipeline:
             basePipelineIndex=-1,
         )
         start = time.perf_counter()
-        with dev.pipeline_cache.creating() as cache_handle:
+        with self.cache.creating() as cache_handle:
             vkapi.check(
                 lib.vkCreateComputePipelines(
                     dev.handle, cache_handle, 1, info, ffi.NULL, self._handle
@@ -225,7 +216,7 @@ class Pipeline:
         if feedback is not None and feedback.flags & _FEEDBACK_VALID:
             self.cache_hit = bool(feedback.flags & _FEEDBACK_CACHE_HIT)
             self.driver_seconds = feedback.duration / 1e9
-        dev.pipeline_cache.record_creation(self.cache_hit)
+        self.cache.record_creation(self.cache_hit)
 
     def stats(self) -> dict[str, Any]:
         """Creation figures: SPIR-V origin and time, module and pipeline creation, cache hit."""

@@ -43,11 +43,13 @@ import numpy as np
 
 from . import interface_file, program_args, reflect, spirv
 from . import program_source as source_of
+from .buffer import Buffer
 from .commands import Dispatch
 from .device import Device, resolve
-from .memory import Buffer, Tensor, buffer_pool
 from .pipeline import Pipeline
+from .pools import buffer_pool
 from .push_block import PushBlock, spec_value
+from .tensor import Tensor
 
 _DESCRIPTOR_TYPES = {reflect.STORAGE_BUFFER: 7, reflect.UNIFORM_BUFFER: 6}
 _UNIFORM_TEXEL_BUFFER = 4

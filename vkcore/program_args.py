@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 
 from . import reflect
+from .buffer import Buffer
 from .device import Device
-from .memory import Buffer, Tensor
+from .tensor import Tensor
 
 UNIFORM_BLOCK_LIMIT = 16384  # the minimum maxUniformBufferRange every Vulkan device offers
 TEXEL_BYTES = {"r32f": 4, "r32ui": 4, "rgba32f": 16, "rgba32ui": 16}

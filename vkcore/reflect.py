@@ -119,19 +119,13 @@ def _string(words: list[int]) -> str:
     return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
-def _words(code: bytes) -> tuple[int, ...]:
+def _parse(code: bytes) -> _Module:
     if len(code) < 20 or len(code) % 4:
         raise ReflectionError(f"SPIR-V of {len(code)} bytes: not whole 32-bit words")
     words = struct.unpack(f"<{len(code) // 4}I", code)
     if words[0] != 0x07230203:
         raise ReflectionError(f"not SPIR-V (magic 0x{words[0]:08x}; big-endian is not read)")
-    return words
-
-
-def _parse(code: bytes) -> _Module:
-    words = _words(code)
-    mod = _Module()
-    at = 5
+    mod, at = _Module(), 5
     while at < len(words):
         count, op = words[at] >> 16, words[at] & 0xFFFF
         if count == 0 or at + count > len(words):

@@ -37,8 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from . import cachefs
-from .device import Device, per_device_map
-from .pipeline_cache import CacheKey, pipeline_dir
+from .device import Device
+from .per_device import per_device_map
+from .pipeline_cache_file import CacheKey, pipeline_dir
 
 log = logging.getLogger("vkcore")
 

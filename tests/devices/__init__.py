@@ -15,7 +15,7 @@ from typing import Any
 
 from vkcore import placement
 from vkcore.device import Device
-from vkcore.instance import STAGE_COMPUTE, SUBGROUP_ARITHMETIC, SUBGROUP_BASIC, DeviceInfo
+from vkcore.device_info import STAGE_COMPUTE, SUBGROUP_ARITHMETIC, SUBGROUP_BASIC, DeviceInfo
 
 HERE = Path(__file__).resolve().parent
 NAMES = sorted(p.stem for p in HERE.glob("*.json"))

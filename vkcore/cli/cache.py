@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import cachefs, config, spirv_entry, tune
-from .. import pipeline_cache as pc
-from ..instance import version_string
+from .. import pipeline_cache_file as pc
+from ..device_info import version_string
 from ._args import cache_folder
 
 

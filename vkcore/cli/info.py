@@ -7,9 +7,11 @@ import json
 from typing import Any
 
 from .. import placement
-from ..device import HEAP_FLAG_NAMES, Device, devices
-from ..instance import ENUMERATE_PORTABILITY_BIT, PORTABILITY_ENUMERATION, DeviceInfo
+from ..device import Device, devices
+from ..device_info import DeviceInfo
+from ..instance import ENUMERATE_PORTABILITY_BIT, PORTABILITY_ENUMERATION
 from ..kernels import variants
+from ..placement import HEAP_FLAG_NAMES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -97,7 +99,7 @@ def _setup(dev: Device) -> dict[str, Any]:
 
 
 def _placement_of(dev: Device, purpose: str) -> dict[str, Any]:
-    from ..memory import Buffer
+    from ..buffer import Buffer
 
     buf = Buffer(dev, 256, purpose=purpose)
     try:

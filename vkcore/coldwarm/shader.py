@@ -25,8 +25,8 @@ import numpy as np
 
 from .. import reflect, spirv
 from ..device import Device
-from ..memory import Tensor, asarray
 from ..program import Program
+from ..tensor import Tensor, asarray
 
 DEFAULT_ELEMENTS = 1 << 16
 ARG_PREFIX = "--shader-case="

@@ -11,8 +11,12 @@ from typing import Any
 import numpy as np
 
 from .. import config
-from ..device import Device, per_device_map
-from ..memory import Buffer, Tensor, host_pool
+from ..buffer import Buffer
+from ..device import Device
+from ..host_buffer import HOST_SHARING_MIN_BYTES as POOLED_RESULT_BYTES
+from ..per_device import per_device_map
+from ..pools import host_pool
+from ..tensor import Tensor
 
 _FLOAT_KINDS = ("f",)
 _dummies: weakref.WeakKeyDictionary[Device, Buffer] = per_device_map()
@@ -62,11 +66,6 @@ def float_input(x: Any, name: str) -> np.ndarray | Tensor:
 def as_float32(arr: np.ndarray) -> np.ndarray:
     """C-contiguous float32 (a copy only when needed; the input is never written)."""
     return np.ascontiguousarray(arr, dtype=np.float32)
-
-
-# numpy results at least this large come from the device's host pool (HostArrayPool);
-# smaller ones are plain np.empty arrays, which malloc recycles cheaply anyway.
-POOLED_RESULT_BYTES = 1 << 20
 
 
 def result_array(device: Device, shape: tuple[int, ...]) -> np.ndarray:

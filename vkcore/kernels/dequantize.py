@@ -10,8 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import spirv
+from ..buffer import Buffer
 from ..device import Device
-from ..memory import Buffer, buffer_pool, can_import_host, host_pool
+from ..host_buffer import can_import_host
+from ..pools import buffer_pool, host_pool
 from . import _common as c
 from . import quant_grid as qg
 from . import storage, variants

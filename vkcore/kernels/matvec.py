@@ -37,10 +37,12 @@ from typing import Any
 
 import numpy as np
 
+from ..buffer import Buffer
 from ..commands import Dispatch
 from ..device import Device, resolve
-from ..memory import Buffer, Tensor, asarray, buffer_pool
+from ..pools import buffer_pool
 from ..program import Program
+from ..tensor import Tensor, asarray
 from . import _common as c
 from . import matvec_groups as mg
 from . import programs, storage, variants

@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..device import Device
-from ..instance import DeviceInfo
+from ..device_info import DeviceInfo
 from . import _common as c
 from .qlayout import BLOCK
 

@@ -10,7 +10,8 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from ..device import Device, per_device_map
+from ..device import Device
+from ..per_device import per_device_map
 from ..program import Program
 
 ProgramKey = tuple[Any, ...]

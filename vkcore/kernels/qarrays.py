@@ -61,7 +61,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..memory import Tensor
+from ..tensor import Tensor
 from . import qlayout
 from .qlayout import Layout, ceil_div, integer_range
 

@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from ..buffer import Buffer
 from ..device import Device, resolve
-from ..memory import Buffer, Tensor
+from ..tensor import Tensor
 from . import qarrays, storage
 from .qlayout import Layout, unpack_rows
 from .storage import Chunk, ScratchOwner

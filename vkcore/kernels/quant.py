@@ -48,9 +48,13 @@ from typing import Any
 import numpy as np
 
 from .. import config, spirv
+from ..buffer import Buffer
 from ..device import Device, resolve
-from ..memory import Buffer, HostBuffer, Tensor, buffer_pool, can_import_host
+from ..host_buffer import HOST_SHARING_MIN_BYTES as IMPORT_MIN_BYTES
+from ..host_buffer import HostBuffer, can_import_host
+from ..pools import buffer_pool
 from ..program import Program
+from ..tensor import Tensor
 from . import _common as c
 from . import programs, storage, variants
 from . import quant_grid as qg
@@ -66,7 +70,6 @@ from .quant_params import (
 )
 from .storage import Chunk, row_slices
 
-IMPORT_MIN_BYTES = 1 << 20  # smaller weights are copied: importing costs more than it saves
 # Every variant quantize can request, with the device-dependent defines of
 # variants.defines (RTE: both promise exact results; SUBGROUP: quantize_rows reduces).
 variants.register(

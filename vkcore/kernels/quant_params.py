@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..memory import Tensor
+from ..tensor import Tensor
 from . import _common as c
 from .qlayout import check_bits, check_group_size, integer_range
 

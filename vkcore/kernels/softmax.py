@@ -36,10 +36,14 @@ from typing import Any
 import numpy as np
 
 from .. import spirv
+from ..buffer import Buffer
 from ..commands import Dispatch
 from ..device import Device, resolve
-from ..memory import Buffer, HostBuffer, Tensor, buffer_pool, can_import_host, host_pool
+from ..host_buffer import HOST_SHARING_MIN_BYTES as IMPORT_MIN_BYTES
+from ..host_buffer import HostBuffer, can_import_host
+from ..pools import buffer_pool, host_pool
 from ..program import Program
+from ..tensor import Tensor
 from . import _common as c
 from . import axes, programs, variants
 
@@ -62,9 +66,6 @@ for _alg in ALGORITHMS:
                 reduces=_stage in _REDUCING_STAGES[_shader],
             )
 spirv.register_variants("softmax_roofline.comp", spirv.define_grid(TEXEL=[0, 1]))
-# numpy arrays at least this large are imported as buffers instead of copied (measured on
-# lavapipe: an import costs ~40 us, copying 1 MiB in and out ~100-200 us).
-IMPORT_MIN_BYTES = 1 << 20
 # A workgroup's share of a row is at least this many elements when a row is split.
 MIN_CHUNK_ELEMENTS = 8192
 # Loop steps one invocation may take per pass. llvmpipe ends any shader loop after 65,535

@@ -12,8 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..buffer import Buffer
 from ..device import Device
-from ..memory import Buffer, Tensor, buffer_pool
+from ..pools import buffer_pool
+from ..tensor import Tensor
 from . import _common as c
 
 

@@ -28,8 +28,10 @@ from typing import Any
 
 import numpy as np
 
+from ..buffer import Buffer
 from ..device import Device, resolve
-from ..memory import Buffer, Tensor, buffer_pool
+from ..pools import buffer_pool
+from ..tensor import Tensor
 from . import _common as c
 from . import topk_steps
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import spirv
+from ..buffer import Buffer
 from ..commands import Dispatch
 from ..device import Device
-from ..memory import Buffer
 from . import _common as c
 from . import programs, variants
 

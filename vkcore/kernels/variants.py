@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .. import spirv
-from ..instance import DeviceInfo
+from ..device_info import DeviceInfo
 
 SHARED_SLOT_BYTES = 4  # every shared array of the kernels holds 32-bit values
 

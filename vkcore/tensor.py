@@ -1,0 +1,135 @@
+"""Tensor: a device buffer with a shape and a dtype, and :func:`asarray` that makes one."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .buffer import Buffer, check_allocation
+from .device import Device, resolve
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+# dtypes a Tensor can hold. Kernels check their own narrower sets.
+TENSOR_DTYPES = tuple(
+    np.dtype(t)
+    for t in ("float32", "float16", "int8", "uint8", "int16", "uint16", "int32", "uint32")
+)
+
+
+class Tensor:
+    """A device-resident array: ``shape``, ``dtype``, ``device``; ``numpy()`` copies it back.
+
+    Create one with :func:`vkcore.asarray`. A Tensor with no elements owns no buffer.
+    ``reshape`` returns a Tensor sharing the same buffer.
+    """
+
+    def __init__(
+        self, buffer: Buffer | None, shape: tuple[int, ...], dtype: np.dtype, device: Device
+    ) -> None:
+        self.buffer = buffer
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self.device = device
+
+    @classmethod
+    def empty(cls, shape: tuple[int, ...], dtype: Any, device: Device | None = None) -> Tensor:
+        """An uninitialized tensor on ``device``."""
+        dev = resolve(device)
+        dt = _check_dtype(np.dtype(dtype), "dtype")
+        nbytes = math.prod(shape) * dt.itemsize
+        check_allocation(dev, nbytes, "shape")
+        return cls(Buffer(dev, nbytes) if nbytes else None, shape, dt, dev)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def numpy(self) -> np.ndarray:
+        """A new numpy array holding a copy of the data."""
+        out = np.empty(self.shape, dtype=self.dtype)
+        if self.size:
+            assert self.buffer is not None
+            self.buffer.read(out)
+        return out
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        arr = self.numpy()
+        return arr if dtype is None else arr.astype(dtype, copy=False)
+
+    def reshape(self, *shape: int | tuple[int, ...]) -> Tensor:
+        """The same data with another shape (one dimension may be -1)."""
+        dims: Any = shape[0] if len(shape) == 1 and isinstance(shape[0], tuple) else shape
+        new: tuple[int, ...] = (
+            np.empty(self.shape, dtype=np.uint8).reshape(dims).shape
+        )  # numpy's rules
+        return Tensor(self.buffer, new, self.dtype, self.device)
+
+    def __repr__(self) -> str:
+        name = self.device.info.name
+        return f"vkcore.Tensor(shape={self.shape}, dtype={self.dtype}, device={name!r})"
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+
+def _check_dtype(dt: np.dtype, name: str) -> np.dtype:
+    if dt not in TENSOR_DTYPES:
+        names = ", ".join(str(d) for d in TENSOR_DTYPES)
+        raise TypeError(f"{name} must be one of {names}; got {dt}")
+    return dt
+
+
+def asarray(data: ArrayLike | Tensor, device: Device | None = None, dtype: Any = None) -> Tensor:
+    """Upload an array to ``device`` (default device if None) as a :class:`Tensor`.
+
+    The dtype rule is the kernels' rule for what a Tensor cannot hold: float64 and 64-bit
+    integer data (Python floats and ints included) is stored as float32, converted as
+    every kernel converts such input (integers beyond 2^24 in magnitude round). The
+    dtypes of ``TENSOR_DTYPES`` (float32, float16, int8, uint8, int16, uint16, int32,
+    uint32) are stored as they are. bool, complex, object and string data, and an
+    explicit ``dtype`` outside ``TENSOR_DTYPES`` (``dtype="float64"``), is a TypeError.
+
+    A Tensor already on that device (and of that dtype) is returned as is. The input is
+    never modified; non-contiguous and negative-stride views are copied first.
+    """
+    if isinstance(data, Tensor):
+        if (device is None or data.device is device) and (
+            dtype is None or np.dtype(dtype) == data.dtype
+        ):
+            return data
+        data = data.numpy()
+    dev = resolve(device)
+    if isinstance(data, (str, bytes)) or data is None:
+        raise TypeError(f"data must be array-like of numbers, got {type(data).__name__}")
+    try:
+        arr = np.asarray(data, dtype=dtype)
+    except ValueError as exc:  # ragged lists, unconvertible values
+        raise TypeError(f"data must be array-like of numbers: {exc}") from None
+    if dtype is None and arr.dtype.kind in "fiu" and arr.dtype.itemsize == 8:
+        native = np.dtype(np.float32)  # no 64-bit Tensors: converted as the kernels do
+    else:
+        native = _check_dtype(arr.dtype.newbyteorder("="), "data dtype")
+    check_allocation(dev, arr.size * native.itemsize, "data")  # before any host copy
+    if arr.dtype != native:  # byte-swapped input: the device holds native byte order
+        arr = arr.astype(native)
+    if not arr.flags.c_contiguous:  # (np.ascontiguousarray would turn 0-d into 1-d)
+        arr = arr.copy(order="C")
+    tensor = Tensor.empty(arr.shape, arr.dtype, dev)
+    if arr.size:
+        assert tensor.buffer is not None
+        tensor.buffer.write(arr)
+    return tensor
