@@ -9,7 +9,7 @@ from the timestamp queries around the kernel's dispatches.
 
 The per-call overhead row is the other way round: it reports ``call / floor``, where the
 floor is resubmitting the very command buffer the call recorded, with every struct built
-in advance (:meth:`vkcore.commands.Submitter.resubmit_seconds`).
+in advance (:meth:`vkcore.submitter.Submitter.resubmit_seconds`).
 
 Effective bandwidth counts the bytes a kernel must move at least (each input read once,
 each output written once) per second of wall or device time, next to this machine's copy
