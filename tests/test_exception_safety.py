@@ -24,6 +24,7 @@ from vkcore.buffer import Buffer
 from vkcore.device import Device
 from vkcore.host_buffer import HostBuffer
 from vkcore.pools import BufferPool, HostArrayPool
+from vkcore.program import Program
 from vkcore.submitter import Submitter
 
 METHODS = [
@@ -36,7 +37,8 @@ METHODS = [
     (BufferPool, "lease"),
     (HostArrayPool, "empty"),
     (HostBuffer, "__init__"),
-    (Device, "pipeline"),
+    (Device, "program_pipeline"),
+    (Program, "record"),
 ]
 # Driver calls, intercepted through the device's binding (dev.lib).
 VK_CALLS = ("vkQueueSubmit", "vkWaitForFences", "vkAllocateDescriptorSets", "vkAllocateMemory")

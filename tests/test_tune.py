@@ -199,8 +199,7 @@ def test_best_chooses_the_smallest_sum_over_paths():
 def specialized_rows(device, shader):
     """Values of the ROWS specialization constant among the device's built-in programs of
     ``shader`` (keyed by shader, defines, workgroup, spec constants, texel formats)."""
-    table = programs._programs.get(device, {})
-    return {dict(key[3]).get("ROWS") for key in table if key[0] == shader}
+    return {dict(key[3]).get("ROWS") for key in programs.made(device) if key[0] == shader}
 
 
 @pytest.mark.parametrize("value", tune.ROW_CANDIDATES["quant_rows"])

@@ -15,7 +15,21 @@ from ..per_device import per_device_map
 from ..program import Program
 
 ProgramKey = tuple[Any, ...]
-_programs: weakref.WeakKeyDictionary[Device, dict[ProgramKey, Program]] = per_device_map()
+# Per device: the DeviceInfo the programs were made for, and the programs. A Program
+# checks against the limits of the info it was made with, so another info (tests
+# replace ``device.info`` to act as other GPUs) starts a new table.
+_programs: weakref.WeakKeyDictionary[Device, tuple[Any, dict[ProgramKey, Program]]] = (
+    per_device_map()
+)
+
+
+def made(device: Device) -> dict[ProgramKey, Program]:
+    """The programs made so far on ``device`` for its current info, by key (shader,
+    defines, workgroup, spec constants, texel formats)."""
+    entry = _programs.get(device)
+    if entry is None or entry[0] is not device.info:
+        entry = _programs[device] = (device.info, {})
+    return entry[1]
 
 
 def program(
@@ -35,7 +49,7 @@ def program(
         tuple(sorted((spec or {}).items())),
         tuple(sorted((texel or {}).items())),
     )
-    table = _programs.setdefault(device, {})
+    table = made(device)
     prog = table.get(key)
     if prog is None or prog.pipeline.handle is None:
         prog = table[key] = Program.builtin(
