@@ -11,7 +11,9 @@ from .kernels.dequantize import dequantize
 from .kernels.matvec import F32Matrix, matvec, matvec_f32
 from .kernels.qtensor import QuantizedTensor
 from .kernels.quant import quantize
+from .kernels.sample import sample
 from .kernels.softmax import log_softmax, softmax
+from .kernels.topk import softmax_topk, topk
 from .memory import Tensor, asarray
 from .program import Program
 from .quant_report import QuantError, quant_error
@@ -39,5 +41,8 @@ __all__ = [
     "quant_error",
     "quantize",
     "reference",
+    "sample",
     "softmax",
+    "softmax_topk",
+    "topk",
 ]
