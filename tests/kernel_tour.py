@@ -242,7 +242,8 @@ def tour_topk(device: vkcore.Device, rng: np.random.Generator) -> list[str]:
     if not hasattr(vkcore, "topk"):
         return []
     done = []
-    for rows, n, k in ((16, 300, 5), (1, 40_000, 7), (3, 200, 150)):
+    # row lengths a multiple of 4 (vec4 loads) and not
+    for rows, n, k in ((16, 300, 5), (16, 301, 5), (1, 40_000, 7), (1, 40_001, 7), (3, 200, 150)):
         x = (rng.standard_normal((rows, n)) * 3).astype(np.float32)
         x[0, :4] = -np.inf
         values, indices = vkcore.topk(x, k, device=device)

@@ -43,12 +43,12 @@ def test_same_draws_as_the_reference(device, rng, kw):
     x = (rng.standard_normal((64, 32_000)) * 3).astype(np.float32)
     if "top_p" in kw and "top_k" not in kw:
         x = x[:4]  # the full sort costs ~0.1 s per row here
-    for seed in (0, 12345, 2**64 - 1):
-        got = vkcore.sample(x, seed=seed, device=device, **kw)
-        ref = reference.sample(x, seed=seed, **kw)
-        assert got.dtype == np.int64 and got.shape == (x.shape[0],)
+    for seed, rows in ((12345, x), (0, x[:8]), (2**64 - 1, x[:8])):
+        got = vkcore.sample(rows, seed=seed, device=device, **kw)
+        ref = reference.sample(rows, seed=seed, **kw)
+        assert got.dtype == np.int64 and got.shape == (rows.shape[0],)
         margin = perturbed_margin(
-            x, seed, kw.get("temperature", 1.0), kw.get("top_k"), kw.get("top_p")
+            rows, seed, kw.get("temperature", 1.0), kw.get("top_k"), kw.get("top_p")
         )
         clear = margin > 1e-5
         np.testing.assert_array_equal(got[clear], ref[clear])
