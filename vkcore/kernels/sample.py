@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import os
 import struct
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -140,17 +141,15 @@ def _check_seed(seed: Any) -> int:
 
 
 # ------------------------------------------------------------------ device steps
+@dataclass(frozen=True)
 class _Push:
     """The push constants that do not depend on the layout."""
 
-    def __init__(self, seed: int, inv_t: float, greedy: bool, use_top_p: bool, p: float):
-        self.seed, self.inv_t, self.greedy, self.use_top_p, self.p = (
-            seed,
-            inv_t,
-            greedy,
-            use_top_p,
-            p,
-        )
+    seed: int
+    inv_t: float
+    greedy: bool
+    use_top_p: bool
+    p: float
 
     def pack(self, n: int, row_offset: int, chunk: int = 0, nchunks: int = 1) -> bytes:
         seed_lo, seed_hi = self.seed & 0xFFFFFFFF, self.seed >> 32
@@ -273,15 +272,15 @@ def _candidate_steps(
 def _checked(tokens: np.ndarray, shape: tuple[int, ...]) -> Any:
     """The tokens as int64 of ``shape``; a ValueError for the first row without a draw."""
     codes = tokens[:, 1]
-    bad = np.nonzero(codes)[0]
+    bad = np.flatnonzero(codes)
     if bad.size:
         row = int(bad[0])
-        where = np.unravel_index(row, shape) if shape else ()
-        name = f"logits row {tuple(int(i) for i in where)}" if len(shape) > 1 else "logits"
+        name = "logits"  # 1-D logits: one row
         if len(shape) == 1:
             name = f"logits row {row}"
-        raise ValueError(
-            f"{name} {_CODES.get(int(codes[row]), 'has no draw')}: no distribution to sample"
-        )
+        elif shape:
+            name = f"logits row {tuple(int(i) for i in np.unravel_index(row, shape))}"
+        reason = _CODES.get(int(codes[row]), "has no draw")
+        raise ValueError(f"{name} {reason}: no distribution to sample")
     out = tokens[:, 0].astype(np.int64).reshape(shape)
     return out[()] if not shape else out
