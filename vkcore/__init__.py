@@ -8,7 +8,8 @@ from .device import Device, default_device, devices
 from .errors import ShaderCompileError, ValidationError, VulkanError
 from .instance import DeviceInfo
 from .kernels.dequantize import dequantize
-from .kernels.matvec import F32Matrix, matvec, matvec_f32
+from .kernels.f32matrix import F32Matrix
+from .kernels.matvec import matvec, matvec_f32
 from .kernels.qtensor import QuantizedTensor
 from .kernels.quant import quantize
 from .kernels.sample import sample
