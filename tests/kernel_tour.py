@@ -37,7 +37,7 @@ import numpy as np
 import vkcore
 from vkcore import interface_file, reference, reflect, spirv
 from vkcore.instance import SUBGROUP_ARITHMETIC, DeviceInfo
-from vkcore.kernels import softmax as softmax_kernels
+from vkcore.kernels import softmax_stages as softmax_kernels
 
 SOFTMAX_MAX_ABS_ERR = 1e-6
 

@@ -17,7 +17,7 @@ from vkcore.kernels import _common as c
 from vkcore.kernels import matvec_program as mv
 from vkcore.kernels import quant as qk
 from vkcore.kernels import quant_grid, storage
-from vkcore.kernels import softmax as sm
+from vkcore.kernels import softmax_stages as sm
 from vkcore.pipeline_cache import CacheKey
 
 DEVICES = [RecordedDevice(n) for n in NAMES]
@@ -119,7 +119,7 @@ def test_binding_limit_checks_use_the_device_value(dev):
     c.check_binding_size(dev, limit, "x")
     with pytest.raises(ValueError, match="maxStorageBufferRange"):
         c.check_binding_size(dev, limit + 1, "x")
-    assert sm.binding_bytes(dev) == limit
+    assert storage.binding_limit(dev) == limit
 
 
 def test_pipeline_cache_keys_are_distinct_and_named_by_identity():

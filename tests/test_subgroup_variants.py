@@ -19,7 +19,7 @@ from vkcore import reference, spirv, tune
 from vkcore.instance import STAGE_COMPUTE, SUBGROUP_ARITHMETIC
 from vkcore.kernels import matvec_act, quant, variants
 from vkcore.kernels import matvec_program as mv
-from vkcore.kernels import softmax as sm
+from vkcore.kernels import softmax_stages as sm
 
 OP_CAPABILITY = 17
 CAP_GROUP_NON_UNIFORM, CAP_GROUP_NON_UNIFORM_ARITHMETIC = 61, 63

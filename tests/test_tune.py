@@ -12,7 +12,7 @@ import vkcore
 from vkcore import reference, tune, tuner
 from vkcore.kernels import matvec_program as mv
 from vkcore.kernels import programs, quant_grid
-from vkcore.kernels import softmax as sm
+from vkcore.kernels import softmax_stages as sm
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ import vkcore
 from vkcore import reference
 from vkcore.kernels import matvec_act, quant, quant_grid
 from vkcore.kernels import matvec_program as mv
-from vkcore.kernels import softmax as sm
+from vkcore.kernels import softmax_stages as sm
 
 SIZES = [1, 3, 12, 13, 100, "max"]
 FEW_SIZES = [1, 13, 100, "max"]  # for the slower kernels
@@ -129,7 +129,7 @@ def test_softmax_any_drawn_workgroup(device, data):
 SUBGROUPS_OF_4 = """
 import numpy as np, vkcore
 from vkcore import reference
-from vkcore.kernels import softmax as sm
+from vkcore.kernels import softmax_stages as sm
 dev = vkcore.Device(validation=True)
 assert dev.info.subgroup_size == 4, dev.info.subgroup_size
 rng = np.random.default_rng(3)

@@ -17,4 +17,5 @@ from . import (  # noqa: F401
     qarrays,
     quant,
     softmax,
+    softmax_stages,
 )
