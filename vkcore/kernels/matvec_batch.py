@@ -267,12 +267,7 @@ def _program(mat: QuantizedTensor | F32Matrix, mode: int, act: Buffer, layout: _
 
 
 def _grid(dev: Device, rows: int) -> tuple[int, int, int]:
-    tiles = c.ceil_div(rows, batch_tile(dev)[0])
-    gx = min(tiles, int(dev.info.max_compute_work_group_count[0]))
-    gy = c.ceil_div(tiles, gx)
-    if gy > c.grid_rows(dev):
-        raise ValueError(f"{rows} rows need more workgroups than this device allows")
-    return gx, gy, 1
+    return c.row_grid(dev, rows, batch_tile(dev)[0])
 
 
 def _passes(dev: Device, layout: _Layout) -> list[tuple[int, int, int, int]]:

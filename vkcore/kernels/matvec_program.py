@@ -144,14 +144,7 @@ def param_buffers(mat: Any) -> tuple[Buffer, Buffer]:
 
 def grid(dev: Device, rows: int, mode: int) -> tuple[int, int, int]:
     """Workgroups for ``rows`` rows in ``mode``, or a ValueError past the device's grid."""
-    groups = c.ceil_div(rows, rows_per_workgroup(dev, mode))
-    gx = min(groups, int(dev.info.max_compute_work_group_count[0]))
-    gy = c.ceil_div(groups, gx)
-    if gy > c.grid_rows(dev):
-        raise ValueError(
-            f"{rows} rows need more workgroups than this device allows; split the matrix"
-        )
-    return gx, gy, 1
+    return c.row_grid(dev, rows, rows_per_workgroup(dev, mode))
 
 
 def texel(mat: QuantizedTensor | F32Matrix, mode: int, act: Buffer | None) -> bool:
