@@ -10,11 +10,18 @@
 // A list slot holding nothing ranks after every element (key 0 and a larger index).
 #define NO_INDEX 0xffffffffu
 
-uint rank_key(float v) {
+uint rank_key(float v) {  // selects, no branches
     uint b = floatBitsToUint(v);
-    if ((b & 0x7fffffffu) > 0x7f800000u) return 0u;  // NaN
-    if (b == 0x80000000u) b = 0u;                    // -0 ranks as +0
-    return (b & 0x80000000u) != 0u ? ~b : (b | 0x80000000u);
+    uint key = (b & 0x80000000u) != 0u ? ~b : (b | 0x80000000u);
+    key = b == 0x80000000u ? 0x80000000u : key;     // -0 ranks as +0
+    return (b & 0x7fffffffu) > 0x7f800000u ? 0u : key;  // NaN
+}
+
+uvec4 rank_key(vec4 v) {
+    uvec4 b = floatBitsToUint(v);
+    uvec4 key = mix(b | 0x80000000u, ~b, notEqual(b & 0x80000000u, uvec4(0u)));
+    key = mix(key, uvec4(0x80000000u), equal(b, uvec4(0x80000000u)));
+    return mix(key, uvec4(0u), greaterThan(b & 0x7fffffffu, uvec4(0x7f800000u)));
 }
 
 bool ranks_before(uint ka, uint ia, uint kb, uint ib) { return ka > kb || (ka == kb && ia < ib); }
@@ -34,20 +41,37 @@ struct Stats { float m; float r; float sum; float carry; uint bad; };
 
 Stats stats_empty() { return Stats(NEG_INF, NEG_INF, 0.0, 0.0, 0u); }
 
-void stats_add(inout Stats s, float v) {
-    s.bad |= is_bad(v);
-    s.m = max(s.m, v);
-    if (v > s.r + MARGIN) {  // false for NaN
-        float f = s.r == NEG_INF ? 0.0 : exp(s.r - v);
-        s.sum *= f; s.carry *= f;
-        s.r = v;
-    }
-    float term = v == NEG_INF ? 0.0 : exp(v - (s.r == NEG_INF ? 0.0 : s.r));
-    precise float t = term - s.carry;  // Kahan: thousands of terms per invocation
+void kahan_add(inout Stats s, float term) {  // thousands of terms per invocation
+    precise float t = term - s.carry;
     precise float total = s.sum + t;
     precise float lost = total - s.sum;
     s.carry = lost - t;
     s.sum = total;
+}
+
+// Moves the reference to a block maximum M more than MARGIN above it (false for NaN).
+void stats_reference(inout Stats s, float M) {
+    s.m = max(s.m, M);
+    if (M > s.r + MARGIN) {
+        float f = s.r == NEG_INF ? 0.0 : exp(s.r - M);
+        s.sum *= f; s.carry *= f;
+        s.r = M;
+    }
+}
+
+float finite_reference(Stats s) { return s.r == NEG_INF ? 0.0 : s.r; }
+
+void stats_add(inout Stats s, float v) {
+    s.bad |= is_bad(v);
+    stats_reference(s, v);
+    kahan_add(s, exp(v - finite_reference(s)));  // exp(-inf) = 0 for a -inf entry
+}
+
+void stats_add4(inout Stats s, vec4 v) {
+    s.bad |= is_bad(v.x) | is_bad(v.y) | is_bad(v.z) | is_bad(v.w);
+    stats_reference(s, max(max(v.x, v.y), max(v.z, v.w)));
+    vec4 e = exp(v - finite_reference(s));
+    kahan_add(s, (e.x + e.y) + (e.z + e.w));
 }
 
 // The sum l of exp(v - m) against the state's own maximum.

@@ -21,6 +21,8 @@ layout(constant_id = 1) const uint KMAX = 8u;
 #include "workgroup_reduce.glsl"
 #include "topk_common.glsl"
 
+// X(i): element i of the flat input; X4(i): elements i .. i + 3 (i a multiple of 4 when
+// VEC4, which the host sets when the row length is a multiple of 4).
 #if TEXEL
 #extension GL_EXT_samplerless_texture_functions : require
 layout(binding = 0) uniform textureBuffer x_texels;
@@ -28,6 +30,15 @@ layout(binding = 0) uniform textureBuffer x_texels;
 #else
 layout(std430, binding = 0) readonly buffer Xs { float x[]; };
 #define X(i) x[i]
+#endif
+#if VEC4 && TEXEL
+layout(binding = 5) uniform textureBuffer x4_texels;
+#define X4(i) texelFetch(x4_texels, int((i) >> 2u))
+#elif VEC4
+layout(std430, binding = 5) readonly buffer X4s { vec4 x4[]; };
+#define X4(i) x4[(i) >> 2u]
+#else
+#define X4(i) vec4(X(i), X((i) + 1u), X((i) + 2u), X((i) + 3u))
 #endif
 layout(std430, binding = 1) writeonly buffer Values { float values[]; };
 layout(std430, binding = 2) writeonly buffer Indices { uint indices[]; };
@@ -139,22 +150,62 @@ void workgroup_stats(bool single, inout float m, inout float l, inout uint bad) 
     barrier();
 }
 
+// Any invocation's root key bounds the k-th best from below (that invocation holds k
+// elements at least as good), so a smaller key cannot enter any list: floor_key is the
+// largest root key over the subgroup's active invocations (or the invocation's own).
+uint floor_of_roots() {
+#if SUBGROUP
+    return subgroupMax(list_key[0]);
+#else
+    return list_key[0];
+#endif
+}
+
 // Scans elements [begin, end) of row `row` (indices relative to the row) into the list
-// and the statistics.
+// and the statistics: blocks of four consecutive elements per invocation, then the rest.
 void scan(uint row, uint begin, uint end, inout float m, inout float l, inout uint bad) {
     uint base = row * pc.n;
+    uint floor_key = 0u;
 #if FUSED
     Stats s = stats_empty();
 #endif
-    for (uint i = begin + gl_LocalInvocationID.x; i < end; i += gl_WorkGroupSize.x) {
+    uint step = 4u * gl_WorkGroupSize.x;
+    uint blocks_end = begin + (end - begin) / step * step;
+    // llvmpipe runs both sides of a branch under a mask, but leaves a loop once no
+    // invocation is still in it: the inner loop reads blocks until one may enter the list
+    // (the common case costs no heap access), the outer one offers that block.
+    uint i = begin + 4u * gl_LocalInvocationID.x;
+    while (i < blocks_end) {
+        vec4 v = vec4(0.0);
+        uvec4 key = uvec4(0u);
+        bool found = false;
+        for (; i < blocks_end; i += step) {
+            v = X4(base + i);
+            key = rank_key(v);
+#if FUSED
+            stats_add4(s, v);
+#else
+            bad |= is_bad(v.x) | is_bad(v.y) | is_bad(v.z) | is_bad(v.w);
+#endif
+            if (max(max(key.x, key.y), max(key.z, key.w)) >= floor_key) { found = true; break; }
+        }
+        if (found) {
+            list_offer(key.x, i);
+            list_offer(key.y, i + 1u);
+            list_offer(key.z, i + 2u);
+            list_offer(key.w, i + 3u);
+            i += step;
+        }
+        floor_key = floor_of_roots();
+    }
+    for (uint i = blocks_end + gl_LocalInvocationID.x; i < end; i += gl_WorkGroupSize.x) {
         float v = X(base + i);
-        uint key = rank_key(v);
 #if FUSED
         stats_add(s, v);
 #else
         bad |= is_bad(v);
 #endif
-        list_offer(key, i);
+        list_offer(rank_key(v), i);
     }
 #if FUSED
     m = s.m; l = stats_sum(s); bad = s.bad;

@@ -41,7 +41,7 @@ void main() {
 #elif STAGE == 1
     uint j = pc.stride;
     for (uint t = gl_GlobalInvocationID.x; t < pc.p / 2u; t += width) {
-        uint i = 2u * j * (t / j) + t % j;
+        uint i = ((t & ~(j - 1u)) << 1u) | (t & (j - 1u));  // j is a power of two
         uvec2 a = pairs[base + i], b = pairs[base + i + j];
         bool first_ranks_first = (i & pc.size) == 0u;  // the block's order: rank or reverse
         bool swap = first_ranks_first ? ranks_before(b.x, b.y, a.x, a.y)

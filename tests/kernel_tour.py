@@ -37,7 +37,7 @@ import numpy as np
 import vkcore
 from vkcore import interface_file, reference, reflect, spirv
 from vkcore.device_info import SUBGROUP_ARITHMETIC, DeviceInfo
-from vkcore.kernels import softmax as softmax_kernels
+from vkcore.kernels import softmax_stages as softmax_kernels
 
 SOFTMAX_MAX_ABS_ERR = 1e-6
 
@@ -234,6 +234,32 @@ def tour_batch(device: vkcore.Device, rng: np.random.Generator) -> list[str]:
     return done + ["batched matvec_f32"]
 
 
+def tour_topk(device: vkcore.Device, rng: np.random.Generator) -> list[str]:
+    """topk and softmax_topk on short rows (one workgroup per row), a long row (split,
+    merged) and k beyond the select kernel (the sort); sample over whole rows, a long row
+    and top-k candidates: indices and draws exactly as the reference, probabilities
+    within 1e-6."""
+    if not hasattr(vkcore, "topk"):
+        return []
+    done = []
+    # row lengths a multiple of 4 (vec4 loads) and not
+    for rows, n, k in ((16, 300, 5), (16, 301, 5), (1, 40_000, 7), (1, 40_001, 7), (3, 200, 150)):
+        x = (rng.standard_normal((rows, n)) * 3).astype(np.float32)
+        x[0, :4] = -np.inf
+        values, indices = vkcore.topk(x, k, device=device)
+        ref_v, ref_i = reference.topk(x, k)
+        assert np.array_equal(indices, ref_i) and np.array_equal(values, ref_v), f"topk {rows}x{n}"
+        probs, indices = vkcore.softmax_topk(x, k, device=device)
+        ref_p, ref_i = reference.softmax_topk(x, k)
+        err = float(np.abs(probs - ref_p).max())
+        assert np.array_equal(indices, ref_i) and err <= 1e-6, f"softmax_topk {rows}x{n}"
+        for kw in ({}, {"top_k": min(k, 40), "top_p": 0.8}):
+            tokens = vkcore.sample(x, seed=11, device=device, **kw)
+            assert np.array_equal(tokens, reference.sample(x, seed=11, **kw)), f"sample {kw}"
+        done += [f"topk {rows}x{n} k={k}", f"softmax_topk {rows}x{n} k={k}", f"sample {rows}x{n}"]
+    return done
+
+
 Tour = Callable[[vkcore.Device, np.random.Generator], list[str]]
 TOURS: list[Tour] = [
     tour_softmax,
@@ -241,6 +267,7 @@ TOURS: list[Tour] = [
     tour_quant_groups,
     tour_matvec_groups,
     tour_batch,
+    tour_topk,
 ]
 TOURS_BY_NAME = {t.__name__.removeprefix("tour_"): t for t in TOURS}
 

@@ -11,6 +11,7 @@ import pytest
 
 import vkcore
 from vkcore import interface_file, reflect, spirv
+from vkcore.bench.program_cases import TINY
 from vkcore.buffer import Buffer
 from vkcore.kernels import programs
 
@@ -53,11 +54,16 @@ def test_a_written_file_is_read_back_for_exactly_its_modules(tmp_path):
 )
 def test_a_damaged_file_is_a_warning_and_reflection(tmp_path, caplog, damage):
     code = spirv.get(*_all_variants()[0]).code
-    (tmp_path / interface_file.FILE_NAME).write_text(damage)
+    _assert_ignored(tmp_path, caplog, code, damage)
+
+
+def _assert_ignored(folder, caplog, code: bytes, text: str) -> None:
+    """A shipped file holding ``text`` gives no interface for ``code``, with a warning."""
+    (folder / interface_file.FILE_NAME).write_text(text)
     interface_file._load.cache_clear()
     try:
         with caplog.at_level(logging.WARNING, logger="vkcore"):
-            assert interface_file.shipped(code, tmp_path) is None
+            assert interface_file.shipped(code, folder) is None
         assert "ignored" in caplog.text
     finally:
         interface_file._load.cache_clear()
@@ -92,14 +98,7 @@ def test_every_bad_field_of_an_entry_is_refused(tmp_path, caplog, field, value):
     entry = _entry(code)
     entry[field] = value
     body = {"format": interface_file.FORMAT, "modules": {interface_file.digest(code): entry}}
-    (tmp_path / interface_file.FILE_NAME).write_text(json.dumps(body))
-    interface_file._load.cache_clear()
-    try:
-        with caplog.at_level(logging.WARNING, logger="vkcore"):
-            assert interface_file.shipped(code, tmp_path) is None
-        assert "ignored" in caplog.text
-    finally:
-        interface_file._load.cache_clear()
+    _assert_ignored(tmp_path, caplog, code, json.dumps(body))
 
 
 def test_a_builtin_program_has_the_reflected_interface(device):
@@ -236,13 +235,7 @@ def test_the_kernels_package_imports_every_kernel_module():
     assert out.stdout.strip() == "[]", out.stdout
 
 
-SCALE = """#version 450
-layout(local_size_x = 64) in;
-layout(std430, binding = 0) readonly buffer X { float x[]; };
-layout(std430, binding = 1) writeonly buffer Y { float y[]; };
-layout(push_constant) uniform P { float a; uint n; } pc;
-void main() { uint i = gl_GlobalInvocationID.x; if (i < pc.n) y[i] = pc.a * x[i]; }
-"""
+SCALE = TINY  # y = a x over n floats
 
 
 def test_calls_of_changing_sizes_on_one_program_are_each_right(device):

@@ -17,6 +17,7 @@ from test_binding_limits import LIMIT, assert_within, small_binding  # noqa: F40
 import vkcore
 from vkcore import reference
 from vkcore.kernels import matvec as mv
+from vkcore.kernels import matvec_args
 from vkcore.reference.matvec import group_cols, group_params, weights_minus_zero
 
 LAYOUTS = [  # (per_channel, group_size)
@@ -134,7 +135,7 @@ def test_from_arrays_codes_by_hand(device, rng):
 @pytest.mark.parametrize("activations", ["int8", "uint8"])
 def test_overflow_bound_per_group_both_sides(device, activations):
     """The largest exact group passes with the true extremes; one column more raises."""
-    limit = mv.max_exact_n(8, True, activations)
+    limit = matvec_args.max_exact_n(8, True, activations)
     n = limit + 1  # the second group holds one column
     w = np.ones((1, n), np.float32)
     x = np.ones(n, np.float32)
@@ -154,7 +155,7 @@ def test_overflow_bound_per_group_both_sides(device, activations):
 
 
 def test_overflow_bound_counts_group_columns(device, rng, monkeypatch):
-    monkeypatch.setattr(mv, "ACC_LIMIT", 127 * 127 * 10)
+    monkeypatch.setattr(matvec_args, "ACC_LIMIT", 127 * 127 * 10)
     w = rng.standard_normal((3, 35)).astype(np.float32)
     x = rng.standard_normal(35).astype(np.float32)
     ok = vkcore.quantize(w, group_size=10, device=device)  # 35 columns, groups of 10

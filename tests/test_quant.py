@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import vkcore
-from vkcore import reference
+from vkcore import host_buffer, reference
 from vkcore.kernels import quant, quant_grid, storage
 
 MODES = [(True, True), (True, False), (False, True), (False, False)]  # (symmetric, per_channel)
@@ -351,9 +351,9 @@ def test_tensor_weights_stay_on_their_device(rng):
 def test_imported_weights_match_reference(device, rng, monkeypatch, n):
     """Weights read in place (host memory imported, no staging copy): whole aligned
     blocks with vec4 loads, a ragged tail and unaligned rows all give the reference."""
-    if not quant.can_import_host(device):
+    if not host_buffer.can_import_host(device):
         pytest.skip("device cannot import host memory")
-    monkeypatch.setattr(quant, "IMPORT_MIN_BYTES", 0)
+    monkeypatch.setattr(host_buffer, "HOST_SHARING_MIN_BYTES", 0)
     w = (rng.standard_normal((9, n)) * 3).astype(np.float32)
     assert quant._import_rows(device, w, 9) == 9
     for symmetric in (True, False):
@@ -366,7 +366,7 @@ def test_imported_weights_match_reference(device, rng, monkeypatch, n):
 
 
 def test_read_only_weights_are_copied(device, rng, monkeypatch):
-    monkeypatch.setattr(quant, "IMPORT_MIN_BYTES", 0)
+    monkeypatch.setattr(host_buffer, "HOST_SHARING_MIN_BYTES", 0)
     w = rng.standard_normal((4, 32)).astype(np.float32)
     w.flags.writeable = False
     assert quant._import_rows(device, w, 4) == 0

@@ -14,10 +14,10 @@ from devices import NAMES, RecordedDevice
 
 from vkcore import placement, tune
 from vkcore.kernels import _common as c
-from vkcore.kernels import matvec as mv
+from vkcore.kernels import matvec_program as mv
 from vkcore.kernels import quant as qk
 from vkcore.kernels import quant_grid, storage
-from vkcore.kernels import softmax as sm
+from vkcore.kernels import softmax_stages as sm
 from vkcore.pipeline_cache import CacheKey
 
 DEVICES = [RecordedDevice(n) for n in NAMES]
@@ -73,7 +73,7 @@ def test_matvec_launch_is_legal(dev, mode):
     assert _workgroup_ok(info, wg)
     rows = mv.rows_per_workgroup(dev, mode)
     for m in (1, 37, 4096, 32000, 11008):
-        gx, gy, gz = mv._grid(dev, m, mode)
+        gx, gy, gz = mv.grid(dev, m, mode)
         assert gx <= info.max_compute_work_group_count[0]
         assert gy <= info.max_compute_work_group_count[1] and gz == 1
         assert gx * gy * rows >= m, "every row has a workgroup"
@@ -119,7 +119,7 @@ def test_binding_limit_checks_use_the_device_value(dev):
     c.check_binding_size(dev, limit, "x")
     with pytest.raises(ValueError, match="maxStorageBufferRange"):
         c.check_binding_size(dev, limit + 1, "x")
-    assert sm.binding_bytes(dev) == limit
+    assert storage.binding_limit(dev) == limit
 
 
 def test_pipeline_cache_keys_are_distinct_and_named_by_identity():

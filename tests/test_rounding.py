@@ -20,7 +20,7 @@ from devices import NAMES, device_info, load
 import vkcore
 from vkcore import instance as inst
 from vkcore import reference, spirv
-from vkcore.kernels import variants
+from vkcore.kernels import programs, variants
 
 OP_CAPABILITY, OP_EXECUTION_MODE = 17, 16
 CAP_ROUNDING_MODE_RTE, MODE_ROUNDING_MODE_RTE = 4467, 4462
@@ -151,15 +151,16 @@ def _exact_results(device, rng):
 
 
 def _recording(device, monkeypatch) -> list[tuple[str, dict]]:
-    """(shader, defines) of every pipeline the kernels ask ``device`` for from now on."""
+    """(shader, defines) of every program the kernels ask ``device`` for from now on."""
     asked: list[tuple[str, dict]] = []
-    real = device.pipeline
+    real = programs.program
 
-    def pipeline(shader, **kw):
-        asked.append((shader, dict(kw.get("defines") or {})))
-        return real(shader, **kw)
+    def program(dev, shader, defines, **kw):
+        if dev is device:
+            asked.append((shader, dict(defines)))
+        return real(dev, shader, defines, **kw)
 
-    monkeypatch.setattr(device, "pipeline", pipeline)
+    monkeypatch.setattr(programs, "program", program)
     return asked
 
 

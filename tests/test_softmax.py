@@ -7,6 +7,7 @@ import vkcore
 from vkcore import reference
 from vkcore.host_buffer import HostBuffer, can_import_host
 from vkcore.kernels import softmax as sm
+from vkcore.kernels import softmax_stages as stages
 
 ALGS = ["online", "safe"]
 SEED = [1000.0, 1001.0, 1002.0]
@@ -55,14 +56,14 @@ def test_accuracy_random(device, rng, alg, shape):
 @pytest.mark.parametrize("alg", ALGS)
 def test_long_row_is_split_across_workgroups(device, rng, alg):
     n = 1 << 20
-    p = sm.plan(device, 1, n)
+    p = stages.plan(device, 1, n)
     assert p.nchunks > 1, "a single long row must be split so every thread works"
     x = (rng.standard_normal((1, n)) * 3).astype(np.float32)
     check_accuracy(vkcore.softmax(x, algorithm=alg, device=device), x)
 
 
 def test_many_rows_use_one_workgroup_per_row(device):
-    assert sm.plan(device, 4096, 4096).nchunks == 1
+    assert stages.plan(device, 4096, 4096).nchunks == 1
 
 
 @pytest.mark.parametrize("alg", ALGS)
@@ -187,9 +188,9 @@ def test_online_and_safe_agree(device, rng):
     "shape", [(1, 256), (8, 1 << 20), (4096, 4096), (3, 7_000_001), (70_001, 3)]
 )
 def test_plan_keeps_every_loop_under_the_driver_iteration_guard(device, shape):
-    p = sm.plan(device, *shape)
+    p = stages.plan(device, *shape)
     assert p.chunk * p.nchunks >= p.units
-    assert -(-p.chunk // p.workgroup) <= sm.MAX_STEPS_PER_PASS
+    assert -(-p.chunk // p.workgroup) <= stages.MAX_STEPS_PER_PASS
 
 
 @pytest.mark.parametrize("alg", ALGS)
@@ -228,10 +229,11 @@ def test_roofline_copy_copies(device, rng):
     x = rng.standard_normal(4096 + 4).astype(np.float32)
     tx = vkcore.asarray(x, device=device)
     ty = vkcore.Tensor.empty(x.shape, np.float32, device)
-    sm.roofline_copy(tx, ty)
+    stages.roofline_copy(tx, ty)
     np.testing.assert_array_equal(ty.numpy(), x)
     with pytest.raises(ValueError, match="multiple of 4"):
-        sm.roofline_copy(vkcore.asarray(x[:5], device=device), vkcore.asarray(x[:5], device=device))
+        short = vkcore.asarray(x[:5], device=device)
+        stages.roofline_copy(short, short)
 
 
 @pytest.mark.parametrize("start", [0, 1, 4, 1027])  # element offsets into a larger array
@@ -296,7 +298,7 @@ def test_tensor_outputs_come_back_to_the_pool(device, rng):
 
 
 # ------------------------------------------------------------------ pooled numpy results
-LARGE = (256, 4096)  # 4 MiB: over IMPORT_MIN_BYTES, so the result comes from the host pool
+LARGE = (256, 4096)  # 4 MiB: over HOST_SHARING_MIN_BYTES, so the result comes from the host pool
 
 
 def _address(a):

@@ -14,7 +14,8 @@ import pytest
 
 import vkcore
 from vkcore import reference
-from vkcore.kernels import softmax as sm
+from vkcore.kernels import softmax_split as sm
+from vkcore.kernels import storage
 
 ALGS = ["online", "safe"]
 LIMIT = 256 << 10  # bytes: 65,536 floats
@@ -25,7 +26,7 @@ def small_bindings(device, monkeypatch):
     monkeypatch.setattr(
         device, "info", dataclasses.replace(device.info, max_storage_buffer_range=LIMIT)
     )
-    assert sm.binding_bytes(device) == LIMIT
+    assert storage.binding_limit(device) == LIMIT
     return device
 
 
@@ -95,7 +96,7 @@ def test_pieces_cover_the_row_in_bindings(small_bindings):
 def test_real_binding_limit_8192_squared(device):
     """One real case: 8192 x 8192 float32 is 256 MiB, more than lavapipe's 128 MiB binding.
     Rows repeat 7 patterns, so the float64 reference is computed for 7 rows only."""
-    limit = sm.binding_bytes(device)
+    limit = storage.binding_limit(device)
     if limit >= 256 << 20:
         pytest.skip(f"maxStorageBufferRange is {limit} bytes: 8192x8192 fits in one binding")
     rng = np.random.default_rng(11)

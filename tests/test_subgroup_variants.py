@@ -17,9 +17,9 @@ from test_rounding import _recording, declared_spirv, instructions
 import vkcore
 from vkcore import reference, spirv, tune
 from vkcore.device_info import STAGE_COMPUTE, SUBGROUP_ARITHMETIC
-from vkcore.kernels import matvec as mv
-from vkcore.kernels import quant, variants
-from vkcore.kernels import softmax as sm
+from vkcore.kernels import matvec_act, quant, variants
+from vkcore.kernels import matvec_program as mv
+from vkcore.kernels import softmax_stages as sm
 
 OP_CAPABILITY = 17
 CAP_GROUP_NON_UNIFORM, CAP_GROUP_NON_UNIFORM_ARITHMETIC = 61, 63
@@ -97,7 +97,7 @@ def test_shared_memory_fits_every_recorded_device(name):
         assert 1 <= fitted <= rows and fitted * wg * 4 <= limit
         assert fitted == rows  # 16 KiB holds every candidate at one subgroup per workgroup
     biggest = min(info.max_compute_work_group_size[0], info.max_compute_work_group_invocations)
-    assert 12 * max(biggest, mv.ACT_WORKGROUP) <= limit
+    assert 12 * max(biggest, matvec_act.ACT_WORKGROUP) <= limit
 
 
 def test_rows_are_halved_until_they_fit(device):
@@ -199,7 +199,7 @@ def test_shared_memory_variants_any_workgroup(device, rng, monkeypatch, size):
     monkeypatch.setattr(quant, "_row_workgroup", lambda d: wg)
     mwg = min(wg, 16384 // (4 * mv.ROWS))
     monkeypatch.setattr(mv, "workgroup_size", lambda d: mwg)
-    monkeypatch.setattr(mv, "ACT_WORKGROUP", wg)
+    monkeypatch.setattr(matvec_act, "ACT_WORKGROUP", wg)
     x = np.sort((rng.standard_normal((3, 5001)) * 4).astype(np.float32))
     for alg in ("online", "safe"):
         y = vkcore.softmax(x, algorithm=alg, device=device)

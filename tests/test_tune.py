@@ -10,9 +10,9 @@ from checks import assert_every_matvec_mode
 
 import vkcore
 from vkcore import reference, tune, tuner
-from vkcore.kernels import matvec as mv
+from vkcore.kernels import matvec_program as mv
 from vkcore.kernels import programs, quant_grid
-from vkcore.kernels import softmax as sm
+from vkcore.kernels import softmax_stages as sm
 
 
 @pytest.fixture

@@ -159,5 +159,5 @@ def test_the_store_imports_no_kernel_and_not_the_tuner():
         elif isinstance(node, ast.ImportFrom):
             imported.add(node.module)
     siblings = {name for name in imported if name.startswith(".")}
-    assert siblings == {".cachefs", ".device", ".pipeline_cache"}, siblings
+    assert siblings == {".cachefs", ".device", ".per_device", ".pipeline_cache_file"}, siblings
     assert not any(name.split(".")[0] == "vkcore" for name in imported), imported

@@ -8,10 +8,13 @@ from .device import Device, default_device, devices
 from .device_info import DeviceInfo
 from .errors import ShaderCompileError, ValidationError, VulkanError
 from .kernels.dequantize import dequantize
-from .kernels.matvec import F32Matrix, matvec, matvec_f32
+from .kernels.f32matrix import F32Matrix
+from .kernels.matvec import matvec, matvec_f32
 from .kernels.qtensor import QuantizedTensor
 from .kernels.quant import quantize
+from .kernels.sample import sample
 from .kernels.softmax import log_softmax, softmax
+from .kernels.topk import softmax_topk, topk
 from .program import Program
 from .quant_report import QuantError, quant_error
 from .tensor import Tensor, asarray
@@ -39,5 +42,8 @@ __all__ = [
     "quant_error",
     "quantize",
     "reference",
+    "sample",
     "softmax",
+    "softmax_topk",
+    "topk",
 ]

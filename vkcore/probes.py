@@ -156,7 +156,7 @@ def softmax_passes(
     split-row stages, whose passes are separate dispatches), so the online statistics
     pass, the safe max and sum passes and the write passes can be timed one by one.
     """
-    from .kernels import softmax as sm
+    from .kernels import softmax_stages as sm
 
     rows, n = shape
     rng = np.random.default_rng(0)

@@ -29,7 +29,7 @@ def copy_bandwidth(repeats: int, nbytes: int = 256 << 20) -> list[float]:
 def kernel_copy_bandwidth(dev: Device, repeats: int, elements: int = 1 << 24) -> list[float]:
     """Bytes per second (read + write, device time) of a copy kernel that loads and stores
     like the softmax kernels do: the device's own roof for them."""
-    from ..kernels.softmax import roofline_copy
+    from ..kernels.softmax_stages import roofline_copy
 
     x = vkcore.asarray(np.ones(elements, dtype=np.float32), device=dev)
     y = vkcore.Tensor.empty((elements,), np.float32, dev)

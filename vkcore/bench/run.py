@@ -16,7 +16,7 @@ import numpy as np
 import vkcore
 
 from ..device import Device
-from . import format_cases, program_cases
+from . import format_cases, program_cases, topk_cases
 from .baselines import copy_bandwidth, kernel_copy_bandwidth
 from .harness import Comparison, Progress
 from .quant_cases import matvec_comparisons, quantize_comparison
@@ -117,6 +117,7 @@ def run_bench(
     steps.append(
         ("softmax vs numpy 4096x4096", lambda: softmax_vs_numpy(dev, (4096, 4096), reps, rng))
     )
+    steps.append(("softmax + top-k 64x32000", lambda: topk_cases.softmax_topk_rows(dev, reps, rng)))
     steps.append(("tiny softmax overhead", lambda: tiny_overhead(dev, 50 if quick else 200, rng)))
     steps.append(
         (

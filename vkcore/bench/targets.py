@@ -16,6 +16,12 @@ TARGETS: dict[str, tuple[str, float, str]] = {
     "int8_vs_fp32": (">=", 3.0, "INT8 weight-only matvec vs fp32 matvec kernel"),
     "int8_vs_blas": (">=", 1.0, "INT8 matvec vs numpy BLAS float32 matvec"),
     "quantize_vs_numpy": (">=", 3.0, "quantize vs numpy"),
+    "softmax_topk_vs_numpy": (">=", 3.0, "softmax + top-k, 64x32000, k=40, vs numpy"),
+    "softmax_topk_vs_two_calls_resident": (
+        ">=",
+        1.5,
+        "softmax_topk vs vkcore softmax then topk, 64x32000, k=40, resident",
+    ),
     "tiny_overhead": ("<=", 2.0, "tiny softmax end to end vs prerecorded-submit floor"),
     "program_tiny_overhead": ("<=", 1.5, "tiny Program dispatch vs prerecorded-submit floor"),
     "fp32_vs_q4g128_wall": (">=", 4.0, "4-bit group-128 matvec vs fp32 matvec, 4096x4096, wall"),

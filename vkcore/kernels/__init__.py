@@ -7,4 +7,15 @@ Every kernel module is imported here: each declares its shader variants when imp
 wheel ships them; ``tests/test_builtin_programs.py`` checks none is left out).
 """
 
-from . import dequantize, matvec, matvec_batch, matvec_groups, qarrays, quant, softmax  # noqa: F401
+from . import (  # noqa: F401
+    dequantize,
+    matvec,
+    matvec_act,
+    matvec_batch,
+    matvec_groups,
+    matvec_program,
+    qarrays,
+    quant,
+    softmax,
+    softmax_stages,
+)

@@ -103,6 +103,19 @@ def grid_rows(device: Device) -> int:
     return int(device.info.max_compute_work_group_count[1])
 
 
+def row_grid(device: Device, rows: int, rows_per_group: int) -> tuple[int, int, int]:
+    """Workgroups of ``rows_per_group`` rows each for ``rows`` rows, x filled first then
+    y; a ValueError past the device's grid."""
+    groups = ceil_div(rows, rows_per_group)
+    gx = min(groups, int(device.info.max_compute_work_group_count[0]))
+    gy = ceil_div(groups, gx)
+    if gy > grid_rows(device):
+        raise ValueError(
+            f"{rows} rows need more workgroups than this device allows; split the matrix"
+        )
+    return gx, gy, 1
+
+
 def check_binding_size(device: Device, nbytes: int, name: str) -> None:
     """Refuse arrays larger than one storage-buffer binding allows on this device."""
     limit = device.info.max_storage_buffer_range

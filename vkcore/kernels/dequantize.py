@@ -13,13 +13,13 @@ from .. import spirv
 from ..buffer import Buffer
 from ..device import Device
 from ..host_buffer import can_import_host
-from ..pools import buffer_pool, host_pool
+from ..pools import host_pool
 from . import _common as c
 from . import quant_grid as qg
 from . import storage, variants
 from .qlayout import BLOCK
 from .qtensor import QuantizedTensor
-from .storage import row_slices
+from .storage import Loans, row_slices
 
 # Every variant dequantize can request, with the device-dependent defines of
 # variants.defines (RTE: the result is exact).
@@ -46,7 +46,6 @@ def dequantize(qt: QuantizedTensor, *, device: Device | None = None) -> np.ndarr
     dev = qt.device
     m, n = qt.shape
     y_rows = storage.rows_per_buffer(dev, 4 * n, "one row of the result of dequantize(qt)")
-    pool = buffer_pool(dev)
     out, direct = _result(dev, m, n)
     texel = all(c.texel_format(dev, ch.buffer, "rgba32ui") for ch in qt.chunks)
     formats = {0: "rgba32ui"} if texel else None
@@ -54,15 +53,9 @@ def dequantize(qt: QuantizedTensor, *, device: Device | None = None) -> np.ndarr
     blocks = qt.row_bytes // BLOCK
     signed, stride = int(qt.symmetric), qt.groups if qt.per_channel else 0
     # Not in place: a reused device buffer (fresh pages would fault inside the kernel).
-    taken: list[Buffer] = []
-
-    def take(nbytes: int) -> Buffer:
-        taken.append(pool.acquire(max(16, nbytes)))
-        return taken[-1]
-
-    ybuf = direct if direct is not None else take(min(m, y_rows) * n * 4)
-    try:
-        per_chunk = qt.group_buffers(take)
+    with Loans(dev) as loans:
+        ybuf = direct if direct is not None else loans.take(min(m, y_rows) * n * 4)
+        per_chunk = qt.group_buffers(loans.take)
         for ch, (scale_buf, zero_buf, group0) in zip(qt.chunks, per_chunk, strict=True):
             for start, rows in row_slices(ch.rows, y_rows):
                 steps = []
@@ -72,15 +65,11 @@ def dequantize(qt: QuantizedTensor, *, device: Device | None = None) -> np.ndarr
                     push = c.pack_u32(n, blocks, count, start + first, row - group0, y_row)
                     push += c.pack_u32(stride, signed, qt.group_cols, qt.groups - 1)
                     groups = qg.grid(dev, blocks, count)
-                    steps.append(
-                        prog.record(ch.buffer, scale_buf, zero_buf, ybuf, groups=groups, push=push)
-                    )
+                    buffers = (ch.buffer, scale_buf, zero_buf, ybuf)
+                    steps.append(prog.record(*buffers, groups=groups, push=push))
                 dev.submitter.run(steps)
                 if direct is None:
                     ybuf.read(out[ch.row0 + start : ch.row0 + start + rows])
-    finally:
-        for buf in taken:
-            pool.release(buf)
     return out
 
 

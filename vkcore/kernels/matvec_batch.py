@@ -43,26 +43,28 @@ import numpy as np
 from ..buffer import Buffer
 from ..commands import Dispatch
 from ..device import Device
-from ..pools import buffer_pool
 from ..program import Program
 from ..tensor import Tensor, asarray
 from . import _common as c
-from . import matvec as mv
+from . import matvec_act as act_q
+from . import matvec_program as mp
+from . import matvec_vector as vector_call
 from . import programs, storage, variants
+from .f32matrix import F32Matrix, f32_weights
+from .matvec_args import check_call, input_buffer, vector
 from .qlayout import BLOCK
 from .qtensor import QuantizedTensor
+from .storage import Loans
 
 ROWS = 4  # rows per workgroup
 COLS = 8  # columns per tile (registers: ROWS * COLS accumulators per invocation)
-MODE_F32 = 3
+MODE_F32 = mp.MODE_F32
 # Loop iterations one invocation may run (estimated by _passes, with margin): llvmpipe
 # ends every loop of an invocation once 65,535 iterations of all its loops have run
 # (LP_MAX_TGSI_LOOP_ITERATIONS; seen here as a wrong last column tile with group size 1),
 # so long group loops are split into passes. A split is valid on every device.
 LOOP_BUDGET = 16384
 LOOPS_PER_SUM = 4  # measured about 3 per workgroup sum on llvmpipe
-# (WSIGNED, ASYM) as in matvec.py: int8 storage for symmetric weights, uint8 otherwise.
-_STORAGE = ((1, 0), (0, 1))
 
 
 def _defines(mode: int, signed: bool, asym: bool, packed: bool, texel: bool) -> dict[str, int]:
@@ -80,7 +82,7 @@ for _mode in (0, 1, 2):
         "matvec_batch.comp",
         [
             _defines(_mode, bool(sg), bool(asym), bool(packed), texel)
-            for sg, asym in _STORAGE
+            for sg, asym in mp.STORAGE
             for packed in (0, 1)
             for texel in (True, False)
         ],
@@ -93,14 +95,6 @@ variants.register(
     exact=False,
     reduces=True,
 )
-variants.register(
-    "quantize_act.comp",
-    [{"ACT": 1, "BATCH": 1}, {"ACT": 2, "BATCH": 1}],
-    exact=True,
-    reduces=True,
-)
-# ACT 0 copies the float columns into the padded layout: no reduction.
-variants.register("quantize_act.comp", [{"ACT": 0, "BATCH": 1}], exact=True, reduces=False)
 
 
 def is_batch(x: Any) -> bool:
@@ -137,27 +131,15 @@ def matvec(
 
     numpy in, numpy out (float32 ``(m, b)``); a float32 Tensor in, a Tensor out.
     """
-    mv._check_call(qt, activations, device)
-    return _batched(qt, x, bias, mv.MODES[activations])
+    check_call(qt, activations, device)
+    return _batched(qt, x, bias, mp.MODES[activations])
 
 
 def matvec_f32(w: Any, x: Any, *, bias: Any = None, device: Device | None = None) -> Any:
     """``Y = W X + b`` in float32 for ``x`` of shape ``(n, b)`` (``w``: a 2-D float array or a
     :class:`vkcore.F32Matrix`): the baseline of :func:`matvec`, with the same tiling."""
-    if isinstance(w, QuantizedTensor):
-        raise TypeError(
-            "matvec_f32 takes float weights (a 2-D float array or a vkcore.F32Matrix), "
-            "got a QuantizedTensor; use vkcore.matvec(qt, x) for quantized weights"
-        )
-    if isinstance(w, mv.F32Matrix):
-        if device is not None and device is not w.device:
-            raise ValueError("device must be the F32Matrix's own device (or None)")
-        return _batched(w, x, bias, MODE_F32)
-    mat = mv.F32Matrix(w, device)
-    try:
+    with f32_weights(w, device) as mat:
         return _batched(mat, x, bias, MODE_F32)
-    finally:
-        mat.release()
 
 
 # --------------------------------------------------------------------------- the call
@@ -177,25 +159,24 @@ def _vector_call(mat: Any, xv: np.ndarray | Tensor, bias: Any, mode: int) -> Any
     """b = 1: the vector kernel on the one column (bit for bit the vector call)."""
     n = mat.shape[1]
     col = xv.reshape((n,)) if isinstance(xv, Tensor) else xv[:, 0]
-    activations = "float" if mode in (0, MODE_F32) else ("int8" if mode == 1 else "uint8")
-    y = mv._matvec(mat, col, bias, mode, activations)
+    y = vector_call.run(mat, col, bias, mode)
     return y.reshape((mat.shape[0], 1))
 
 
-def _batched(mat: QuantizedTensor | mv.F32Matrix, x: Any, bias: Any, mode: int) -> Any:
+def _batched(mat: QuantizedTensor | F32Matrix, x: Any, bias: Any, mode: int) -> Any:
     dev = mat.device
     mat.check_usable()
     m, n = mat.shape
     xv = _columns(x, n, dev)
     if bias is not None:
-        bias = mv._vector(bias, m, dev, "bias")
+        bias = vector(bias, m, dev, "bias")
     b = int(xv.shape[1])
     if b == 1:
         return _vector_call(mat, xv, bias, mode)
     layout = _Layout(mat, mode, b)
     layout.check(dev)
     with dev.lock:
-        xbuf = mv.input_buffer(mat, xv, "xb")
+        xbuf = input_buffer(mat, xv, "xb")
         act = mat.scratch_buffer("actb", 16 * b * layout.act_stride)
         steps = [_prepare(mat, mode, xbuf, act, layout)]
         whole = 4 * m * b <= storage.binding_limit(dev) and storage.vectors_fit(dev, m)
@@ -208,10 +189,10 @@ def _batched(mat: QuantizedTensor | mv.F32Matrix, x: Any, bias: Any, mode: int) 
 class _Layout:
     """What a call's dispatches share: stored blocks per row, codes per block, columns."""
 
-    def __init__(self, mat: QuantizedTensor | mv.F32Matrix, mode: int, b: int) -> None:
+    def __init__(self, mat: QuantizedTensor | F32Matrix, mode: int, b: int) -> None:
         self.b = b
         self.n = mat.shape[1]
-        if isinstance(mat, mv.F32Matrix):
+        if isinstance(mat, F32Matrix):
             self.blocks, self.cols_per_block, self.packed = mat.row_floats // BLOCK, BLOCK, False
             self.groups, self.group_cols = 1, self.n
         else:
@@ -245,37 +226,23 @@ class _Layout:
 
 
 def _prepare(
-    mat: QuantizedTensor | mv.F32Matrix, mode: int, xbuf: Buffer, act: Buffer, layout: _Layout
+    mat: QuantizedTensor | F32Matrix, mode: int, xbuf: Buffer, act: Buffer, layout: _Layout
 ) -> Dispatch:
     """The dispatch that writes every column of x into ``act`` (quantized or copied)."""
-    dev = mat.device
     act_mode = 0 if mode in (0, MODE_F32) else mode
-    prog = programs.program(
-        dev,
-        "quantize_act.comp",
-        {
-            "ACT": act_mode,
-            "BATCH": 1,
-            **variants.defines(dev.info, exact=True, reduces=act_mode != 0),
-        },
-        workgroup=mv.ACT_WORKGROUP,
+    return act_q.quantize_columns(
+        mat.device,
+        act_mode,
+        xbuf,
+        act,
+        n=layout.n,
+        b=layout.b,
+        codes=layout.codes,
+        stride=layout.act_stride,
     )
-    if act_mode == 0:
-        words, col_words, inv = layout.codes, layout.codes, np.float32(0)
-    else:
-        words, col_words = layout.codes // 4, 4 * layout.act_stride
-        inv = mv.ACT_INV["int8" if mode == 1 else "uint8"]
-    push = (
-        c.pack_u32(layout.n, words)
-        + np.array([inv, mv.ACT_TINY], dtype="<f4").tobytes()
-        + c.pack_u32(layout.b, 1, col_words)  # x[i, col] at i * b + col
-    )
-    return prog.record(xbuf, act, groups=(1, layout.b, 1), push=push)
 
 
-def _program(
-    mat: QuantizedTensor | mv.F32Matrix, mode: int, act: Buffer, layout: _Layout
-) -> Program:
+def _program(mat: QuantizedTensor | F32Matrix, mode: int, act: Buffer, layout: _Layout) -> Program:
     dev = mat.device
     integer = mode in (1, 2)
     wfmt = "rgba32f" if mode == MODE_F32 else "rgba32ui"
@@ -285,7 +252,7 @@ def _program(
 
     afmt = "rgba32ui" if integer else "rgba32f"
     texel = viewable(act, afmt) and all(viewable(ch.buffer, wfmt) for ch in mat.chunks)
-    signed = True if isinstance(mat, mv.F32Matrix) else mat.symmetric
+    signed = True if isinstance(mat, F32Matrix) else mat.symmetric
     rows, cols = batch_tile(dev, layout.b)
     return programs.program(
         dev,
@@ -294,19 +261,14 @@ def _program(
             **_defines(mode, signed, not signed, layout.packed, texel),
             **variants.defines(dev.info, exact=integer, reduces=True),
         },
-        workgroup=mv.workgroup_size(dev),
+        workgroup=mp.workgroup_size(dev),
         spec={"ROWS": rows, "COLS": cols},
         texel={0: wfmt, 3: afmt} if texel else None,
     )
 
 
 def _grid(dev: Device, rows: int) -> tuple[int, int, int]:
-    tiles = c.ceil_div(rows, batch_tile(dev)[0])
-    gx = min(tiles, int(dev.info.max_compute_work_group_count[0]))
-    gy = c.ceil_div(tiles, gx)
-    if gy > c.grid_rows(dev):
-        raise ValueError(f"{rows} rows need more workgroups than this device allows")
-    return gx, gy, 1
+    return c.row_grid(dev, rows, batch_tile(dev)[0])
 
 
 def _passes(dev: Device, layout: _Layout) -> list[tuple[int, int, int, int]]:
@@ -315,7 +277,7 @@ def _passes(dev: Device, layout: _Layout) -> list[tuple[int, int, int, int]]:
     LOOP_BUDGET; a range continues the sum the one before stored in y."""
     rows, cols = batch_tile(dev, layout.b)
     spanned = c.ceil_div(layout.group_cols, layout.cols_per_block) + 1  # blocks of a group
-    per_group = rows * cols * LOOPS_PER_SUM + c.ceil_div(spanned, mv.workgroup_size(dev)) + 4
+    per_group = rows * cols * LOOPS_PER_SUM + c.ceil_div(spanned, mp.workgroup_size(dev)) + 4
     tiles_per_slice = max(1, LOOP_BUDGET // per_group)
     slice_cols = tiles_per_slice * cols
     out = []
@@ -353,17 +315,8 @@ def _push(
     )
 
 
-def _params(mat: QuantizedTensor | mv.F32Matrix) -> tuple[Buffer, Buffer]:
-    dummy = c.dummy_buffer(mat.device)
-    if isinstance(mat, mv.F32Matrix):
-        return dummy, dummy
-    scale, zero = mat.scale_tensor.buffer, mat.zero_point_tensor.buffer
-    assert scale is not None and zero is not None
-    return scale, zero
-
-
 def _run_whole(
-    mat: QuantizedTensor | mv.F32Matrix,
+    mat: QuantizedTensor | F32Matrix,
     mode: int,
     act: Buffer,
     bias: np.ndarray | Tensor | None,
@@ -377,8 +330,8 @@ def _run_whole(
     y_tensor = Tensor.empty((m, b), np.float32, dev) if tensor_out else None
     ybuf = y_tensor.buffer if y_tensor is not None else mat.scratch_buffer("yb", 4 * m * b)
     assert ybuf is not None
-    bbuf = c.dummy_buffer(dev) if bias is None else mv.input_buffer(mat, bias, "biasb")
-    scale, zero = _params(mat)
+    bbuf = c.dummy_buffer(dev) if bias is None else input_buffer(mat, bias, "biasb")
+    scale, zero = mp.param_buffers(mat)
     prog = _program(mat, mode, act, layout)
     for part in _passes(dev, layout):
         for ch in mat.chunks:
@@ -394,7 +347,7 @@ def _run_whole(
 
 
 def _run_by_chunks(
-    mat: QuantizedTensor | mv.F32Matrix,
+    mat: QuantizedTensor | F32Matrix,
     mode: int,
     act: Buffer,
     bias: np.ndarray | Tensor | None,
@@ -404,27 +357,19 @@ def _run_by_chunks(
     """Per-row vectors too large for one binding: each weight chunk binds its own slices
     (y, bias, parameters), taken from the buffer pool for this call."""
     dev = mat.device
-    pool = buffer_pool(dev)
     host_bias = bias.numpy() if isinstance(bias, Tensor) else bias
-    taken: list[Buffer] = []
-
-    def take(nbytes: int) -> Buffer:
-        taken.append(pool.acquire(max(16, nbytes)))
-        return taken[-1]
-
-    try:
+    with Loans(dev) as loans:
         prog = _program(mat, mode, act, layout)
         if isinstance(mat, QuantizedTensor):
-            params = mat.group_buffers(take)
+            params = mat.group_buffers(loans.take)
         else:
-            params = [(*_params(mat), 0)] * len(mat.chunks)
+            params = [(*mp.param_buffers(mat), 0)] * len(mat.chunks)
         ys = []
         for ch, (scale, zero, group0) in zip(mat.chunks, params, strict=True):
             bbuf = c.dummy_buffer(dev)
             if host_bias is not None:
-                bbuf = take(4 * ch.rows)
-                bbuf.write(c.as_float32(host_bias[ch.row0 : ch.row0 + ch.rows]))
-            ys.append(take(4 * ch.rows * layout.b))
+                bbuf = loans.holding(c.as_float32(host_bias[ch.row0 : ch.row0 + ch.rows]))
+            ys.append(loans.take(4 * ch.rows * layout.b))
             for part in _passes(dev, layout):
                 push = _push(mat, layout, ch.rows, 0, ch.row0 - group0, host_bias is not None, part)
                 buffers = (ch.buffer, scale, zero, act, bbuf, ys[-1])
@@ -433,7 +378,4 @@ def _run_by_chunks(
         out = c.result_array(dev, (mat.shape[0], layout.b))
         for ch, ybuf in zip(mat.chunks, ys, strict=True):
             ybuf.read(out[ch.row0 : ch.row0 + ch.rows])
-    finally:
-        for buf in taken:
-            pool.release(buf)
     return out

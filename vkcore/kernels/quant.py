@@ -50,8 +50,7 @@ import numpy as np
 from .. import config, spirv
 from ..buffer import Buffer
 from ..device import Device, resolve
-from ..host_buffer import HOST_SHARING_MIN_BYTES as IMPORT_MIN_BYTES
-from ..host_buffer import HostBuffer, can_import_host
+from ..host_buffer import HostBuffer, imports_host_array
 from ..pools import buffer_pool
 from ..program import Program
 from ..tensor import Tensor
@@ -308,11 +307,11 @@ def _quantize_rows(
 def _import_rows(dev: Device, w32: np.ndarray, w_rows: int) -> int:
     """Rows per imported slice of ``w32`` when its pages can be read in place, else 0.
 
-    Small matrices (under IMPORT_MIN_BYTES) and read-only or non-contiguous arrays go
+    Small matrices (under HOST_SHARING_MIN_BYTES), read-only or non-contiguous arrays go
     through the staging buffer instead; each slice, rounded out to whole pages, must fit
     one storage binding.
     """
-    if w32.nbytes < IMPORT_MIN_BYTES or not w32.flags.writeable or not can_import_host(dev):
+    if not imports_host_array(dev, w32):
         return 0
     if not w32.flags.c_contiguous or w32.ctypes.data % 4:
         return 0

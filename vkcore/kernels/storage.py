@@ -98,6 +98,34 @@ class ScratchOwner:
         return buf
 
 
+class Loans:
+    """Buffers borrowed from the device's pool for one call (reused pages: no fresh ones to
+    fault in), all given back on leaving the ``with`` block."""
+
+    def __init__(self, dev: Device) -> None:
+        self.pool = buffer_pool(dev)
+        self.taken: list[Buffer] = []
+
+    def take(self, nbytes: int) -> Buffer:
+        """A pooled buffer of at least ``nbytes`` (and 16: one texel)."""
+        self.taken.append(self.pool.acquire(max(16, nbytes)))
+        return self.taken[-1]
+
+    def holding(self, arr: np.ndarray) -> Buffer:
+        """A pooled buffer holding ``arr``."""
+        buf = self.take(arr.nbytes)
+        buf.write(np.ascontiguousarray(arr))
+        return buf
+
+    def __enter__(self) -> Loans:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for buf in self.taken:
+            self.pool.release(buf)
+        self.taken.clear()
+
+
 def upload(arr: np.ndarray, dev: Device, made: list[Tensor]) -> Tensor:
     """A device Tensor holding ``arr`` (at least 4 bytes of buffer), appended to ``made``
     so the caller frees it if a later step fails."""

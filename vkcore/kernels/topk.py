@@ -179,17 +179,25 @@ def run(
             parts = _scratch(dev, pool, plan.part_words * 4, borrowed)
             state = status if status is not None else c.dummy_buffer(dev)
             steps = topk_steps.select_steps(
-                dev, plan, x, values, indices, parts, state, fused=fused, want_status=bool(status)
+                dev,
+                plan,
+                x,
+                values,
+                indices,
+                parts,
+                state,
+                fused=fused,
+                want_status=status is not None,
             )
             dev.submitter.run(steps, read_seconds=False)
             return
-        state = status
-        if fused and state is None:  # the row statistics the fused output reads
-            state = _scratch(dev, pool, rows * 16, borrowed)
+        stats = status
+        if fused and stats is None:  # the row statistics the fused output reads
+            stats = _scratch(dev, pool, rows * 16, borrowed)
         if fused:
-            assert state is not None
-            _row_statistics(dev, pool, x, rows, n, state, borrowed)
-        _sort(dev, pool, x, rows, n, k, values, indices, state, fused, borrowed)
+            assert stats is not None
+            _row_statistics(dev, pool, x, rows, n, stats, borrowed)
+        _sort(dev, pool, x, rows, n, k, values, indices, stats, fused, borrowed)
     finally:
         for buf in borrowed:
             pool.release(buf)

@@ -41,7 +41,7 @@ GPU_ITEMS_PER_INVOCATION = 4
 
 variants.register(
     "topk_select.comp",
-    spirv.define_grid(STAGE=[0, 1, 2], FUSED=[0, 1], TEXEL=[0, 1]),
+    spirv.define_grid(STAGE=[0, 1, 2], FUSED=[0, 1], TEXEL=[0, 1], VEC4=[0, 1]),
     exact=False,
     reduces=True,
 )
@@ -126,27 +126,38 @@ def select_steps(
     fused: bool,
     want_status: bool,
 ) -> list[Dispatch]:
-    """The select kernel's dispatches over every row of ``plan``."""
+    """The select kernel's dispatches over every row of ``plan``. Rows whose length is a
+    multiple of 4 are also bound as vec4s (binding 5: four elements per load)."""
+    vec4 = plan.n % 4 == 0
     texel = c.texel_format(device, x, "r32f")
+    texel4 = c.texel_format(device, x, "rgba32f") if vec4 and texel else None
+    views = {0: texel} if texel else {}
+    if texel4:
+        views[5] = texel4
     stages = [0] if plan.nchunks == 1 else [1, 2]
     steps = []
     for stage in stages:
         extra = variants.defines(device.info, exact=False, reduces=True)
-        defines = {"STAGE": stage, "FUSED": int(fused), "TEXEL": int(texel is not None)}
+        defines = {
+            "STAGE": stage,
+            "FUSED": int(fused),
+            "TEXEL": int(texel is not None and (texel4 is not None or not vec4)),
+            "VEC4": int(vec4),
+        }
         prog = programs.program(
             device,
             "topk_select.comp",
             {**defines, **extra},
             workgroup=plan.workgroup,
             spec={"KMAX": plan.kmax},
-            texel={0: texel} if texel else None,
+            texel=views if defines["TEXEL"] else None,
         )
         gx = plan.nchunks if stage == 1 else 1
         per = _rows_per_dispatch(device)
+        buffers = (x, values, indices, parts, status, *((x,) if vec4 else ()))
         for first in range(0, plan.rows, per):
             count = min(per, plan.rows - first)
             push = c.pack_u32(plan.n, plan.k, first, plan.chunk, plan.nchunks, int(want_status))
-            buffers = (x, values, indices, parts, status)
             steps.append(prog.record(*buffers, groups=(gx, count, 1), push=push))
     return steps
 

@@ -26,7 +26,16 @@ from .quant import (
     unpack_nibbles,
 )
 from .softmax import log_softmax, softmax
-from .topk import gumbel, philox4x32, rank_order, sample, softmax_topk, topk, uniforms
+from .topk import (
+    gumbel,
+    philox4x32,
+    rank_order,
+    sample,
+    softmax_topk,
+    topk,
+    topk_allowed,
+    uniforms,
+)
 
 __all__ = [
     "ACT_INV",
@@ -53,6 +62,7 @@ __all__ = [
     "softmax_topk",
     "stored_rows",
     "topk",
+    "topk_allowed",
     "uniforms",
     "unpack_nibbles",
 ]

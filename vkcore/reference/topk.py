@@ -71,7 +71,7 @@ def gumbel(seed: int, rows: int, n: int) -> np.ndarray:
     return -np.log(-np.log(u))
 
 
-def allowed(
+def topk_allowed(
     logits: np.ndarray, temperature: float, top_k: int | None, top_p: float | None
 ) -> np.ndarray:
     """The tokens of each row that may be drawn (bool, rows x n): the top_k first in rank
@@ -111,7 +111,7 @@ def sample(
     a = np.asarray(logits, dtype=np.float32)
     flat = a.reshape(-1, a.shape[-1])
     rows, n = flat.shape
-    keep = allowed(flat, temperature, top_k, top_p)
+    keep = topk_allowed(flat, temperature, top_k, top_p)
     if temperature == 0:
         s = flat.copy()
     else:

@@ -1,0 +1,189 @@
+"""vkcore.topk and vkcore.softmax_topk against vkcore.reference: indices bit for bit,
+values bit for bit, probabilities within 1e-6 of the float64 reference."""
+
+import numpy as np
+import pytest
+
+import vkcore
+from vkcore import reference
+from vkcore.kernels import topk_steps
+
+PROB_ATOL = 1e-6
+
+
+def check_topk(x, k, got, axis=-1):
+    values, indices = got
+    ref_v, ref_i = reference.topk(x, k, axis=axis)
+    assert indices.dtype == np.int64 and values.dtype == np.float32
+    assert indices.shape == ref_i.shape and values.shape == ref_v.shape
+    np.testing.assert_array_equal(indices, ref_i)
+    # bit for bit (NaN payloads and the sign of zero included)
+    np.testing.assert_array_equal(values.view(np.uint32), ref_v.view(np.uint32))
+
+
+def check_softmax_topk(x, k, got):
+    probs, indices = got
+    ref_p, ref_i = reference.softmax_topk(x, k)
+    np.testing.assert_array_equal(indices, ref_i)
+    assert probs.dtype == np.float32
+    np.testing.assert_array_equal(np.isnan(probs), np.isnan(ref_p))
+    fin = ~np.isnan(ref_p)
+    assert np.abs(probs[fin].astype(np.float64) - ref_p[fin]).max(initial=0) <= PROB_ATOL
+
+
+def logits(rng, shape, scale=3.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+CASES = [
+    ((1, 1), 1),
+    ((4, 100), 1),
+    ((4, 100), 7),
+    ((4, 100), 100),  # k = n: the sort
+    ((3, 50_000), 40),  # rows split across workgroups, merged
+    ((64, 32_000), 40),
+    ((64, 32_000), 128),
+    ((2, 5_000), 129),  # just beyond the select kernel
+]
+
+
+@pytest.mark.parametrize(("shape", "k"), CASES)
+def test_topk_and_softmax_topk_match_the_reference(device, rng, shape, k):
+    x = logits(rng, shape)
+    check_topk(x, k, vkcore.topk(x, k, device=device))
+    check_softmax_topk(x, k, vkcore.softmax_topk(x, k, device=device))
+
+
+def test_long_row_small_and_whole_k(device, rng):
+    x = logits(rng, (1, 1 << 20))
+    check_topk(x, 128, vkcore.topk(x, 128, device=device))
+    check_softmax_topk(x, 40, vkcore.softmax_topk(x, 40, device=device))
+    check_topk(x, 1 << 20, vkcore.topk(x, 1 << 20, device=device))
+
+
+def test_64x32000_whole_sort(device, rng):
+    x = logits(rng, (64, 32_000))
+    check_topk(x, 32_000, vkcore.topk(x, 32_000, device=device))
+
+
+@pytest.mark.parametrize("k", [1, 5, 64, 200])
+def test_ties_go_to_the_lower_index(device, rng, k):
+    x = np.round(logits(rng, (16, 1000), 1.5))  # a few distinct values, many ties
+    x[0] = 1.0  # one row of a single value: indices 0..k-1
+    check_topk(x, k, vkcore.topk(x, k, device=device))
+    check_softmax_topk(x, k, vkcore.softmax_topk(x, k, device=device))
+    np.testing.assert_array_equal(vkcore.topk(x, k, device=device)[1][0], np.arange(k))
+
+
+@pytest.mark.parametrize("k", [3, 10, 300])
+def test_inf_nan_and_signed_zero(device, rng, k):
+    x = logits(rng, (6, 400))
+    x[0, ::3] = -np.inf  # -inf after every finite value
+    x[1, 5:50] = np.nan  # NaN last, after -inf
+    x[1, 60:70] = -np.inf
+    x[2, :] = -np.inf  # a row of only -inf: indices 0..k-1, probabilities 0
+    x[3, :] = np.nan  # a row of only NaN
+    x[4, 7] = np.inf  # +inf first; its probabilities are NaN
+    x[5, :] = 0.0
+    x[5, ::2] = -0.0  # -0 and +0 tie: index order
+    check_topk(x, k, vkcore.topk(x, k, device=device))
+    check_softmax_topk(x, k, vkcore.softmax_topk(x, k, device=device))
+    probs, idx = vkcore.softmax_topk(x, k, device=device)
+    assert np.all(probs[2] == 0) and np.all(np.isnan(probs[1])) and np.all(np.isnan(probs[4]))
+    np.testing.assert_array_equal(idx[3], np.arange(k))
+    assert idx[4, 0] == 7
+
+
+def test_nan_ranks_after_minus_inf(device):
+    x = np.array([[np.nan, -np.inf, 1.0, np.nan, -np.inf]], dtype=np.float32)
+    values, idx = vkcore.topk(x, 5, device=device)
+    np.testing.assert_array_equal(idx, [[2, 1, 4, 0, 3]])
+    assert (
+        values[0, 0] == 1.0 and np.isneginf(values[0, 1:3]).all() and np.isnan(values[0, 3:]).all()
+    )
+
+
+@pytest.mark.parametrize("order", ["ascending", "descending"])
+def test_sorted_rows(device, rng, order):
+    """Ascending rows make every element enter the running top-k lists."""
+    x = np.sort(logits(rng, (4, 60_000)), axis=-1)
+    if order == "descending":
+        x = x[:, ::-1].copy()
+    for k in (1, 40, 128):
+        check_topk(x, k, vkcore.topk(x, k, device=device))
+    check_softmax_topk(x, 40, vkcore.softmax_topk(x, 40, device=device))
+
+
+def test_axis_ndim_dtypes(device, rng):
+    x = logits(rng, (5, 30, 7))
+    check_topk(x, 4, vkcore.topk(x, 4, axis=1, device=device), axis=1)
+    check_topk(x, 3, vkcore.topk(x, 3, axis=0, device=device), axis=0)
+    check_topk(x, 7, vkcore.topk(x, 7, device=device))
+    vals, idx = vkcore.topk(x[0, :, 0], 5, device=device)  # 1-D
+    assert vals.shape == idx.shape == (5,)
+    for arr in (x.astype(np.float64), x.astype(np.float16), (x * 10).astype(np.int32)):
+        check_topk(arr, 6, vkcore.topk(arr, 6, device=device))
+    check_topk([3, 1, 2], 2, vkcore.topk([3, 1, 2], 2, device=device))
+    probs, idx = vkcore.softmax_topk(x, 4, axis=1, device=device)
+    ref_p, ref_i = reference.softmax_topk(x, 4, axis=1)
+    np.testing.assert_array_equal(idx, ref_i)
+    assert np.abs(probs - ref_p).max() <= PROB_ATOL
+
+
+def test_empty_rows(device):
+    vals, idx = vkcore.topk(np.zeros((0, 5), np.float32), 3, device=device)
+    assert vals.shape == idx.shape == (0, 3) and idx.dtype == np.int64
+
+
+def test_tensor_in_tensor_out(device, rng):
+    x = logits(rng, (3, 8, 500))
+    t = vkcore.asarray(x, device=device)
+    for fn, check in ((vkcore.topk, check_topk), (vkcore.softmax_topk, check_softmax_topk)):
+        for k in (10, 500):
+            a, b = fn(t, k)
+            assert isinstance(a, vkcore.Tensor) and isinstance(b, vkcore.Tensor)
+            assert a.dtype == np.float32 and b.dtype == np.int64 and b.shape == (3, 8, k)
+            check(x, k, (a.numpy(), b.numpy()))
+    with pytest.raises(ValueError, match="last axis"):
+        vkcore.topk(t, 2, axis=0)
+    with pytest.raises(TypeError, match="float32 Tensor"):
+        vkcore.topk(vkcore.asarray(np.arange(6, dtype=np.int32), device=device), 2)
+
+
+def test_plans_respect_the_loop_budget(device):
+    """No select invocation scans more than its share of llvmpipe's loop budget."""
+    for rows, n, k in [(1, 1 << 20, 128), (64, 32_000, 40), (1, 1 << 24, 1), (7, 3, 3)]:
+        plan = topk_steps.select_plan(device, rows, n, k)
+        assert plan is not None
+        most = topk_steps.max_elements_per_invocation(k, plan.workgroup)
+        assert plan.chunk // plan.workgroup <= most
+        assert plan.nchunks == 1 or -(-plan.nchunks * k // plan.workgroup) <= most
+    assert topk_steps.select_plan(device, 1, 1000, topk_steps.SMALL_K_MAX + 1) is None
+
+
+@pytest.mark.parametrize("fn", [vkcore.topk, vkcore.softmax_topk])
+def test_bad_arguments(device, fn):
+    x = np.zeros((2, 10), np.float32)
+    for k, exc, msg in [
+        (True, TypeError, "k must be an int"),
+        (2.0, TypeError, "k must be an int"),
+        ("3", TypeError, "k must be an int"),
+        (0, ValueError, r"k must be in 1\.\.10"),
+        (11, ValueError, r"k must be in 1\.\.10"),
+        (-1, ValueError, r"k must be in 1\.\.10"),
+    ]:
+        with pytest.raises(exc, match=msg):
+            fn(x, k, device=device)
+    with pytest.raises(ValueError, match="axis 2 is out of range"):
+        fn(x, 1, axis=2, device=device)
+    with pytest.raises(TypeError, match="axis must be an int"):
+        fn(x, 1, axis=(0, 1), device=device)
+    with pytest.raises(TypeError, match="axis must be an int"):
+        fn(x, 1, axis=True, device=device)
+    with pytest.raises(ValueError, match="length is 0"):
+        fn(np.zeros((3, 0), np.float32), 1, device=device)
+    with pytest.raises(ValueError, match="at least one dimension"):
+        fn(np.float32(1.0), 1, device=device)
+    for bad in (np.zeros(4, bool), np.zeros(4, complex), "abc", None, np.array(["a", "b"])):
+        with pytest.raises(TypeError, match="x must"):
+            fn(bad, 1, device=device)
