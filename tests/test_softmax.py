@@ -366,10 +366,10 @@ def test_result_outlives_its_device(rng):
 def test_pooled_results_without_host_import(rng, monkeypatch):
     """A discrete GPU does not import host memory: results still come from the pool, the
     kernel writes a device buffer and the copy lands in recycled pages."""
-    from vkcore import pools
+    from vkcore import host_buffer, pools
 
     monkeypatch.setattr(pools, "can_import_host", lambda dev: False)
-    monkeypatch.setattr(sm, "can_import_host", lambda dev: False)
+    monkeypatch.setattr(host_buffer, "can_import_host", lambda dev: False)
     x = rng.standard_normal(LARGE).astype(np.float32)
     with vkcore.Device(validation=True, pipeline_cache=False) as dev:
         y = vkcore.softmax(x, device=dev)

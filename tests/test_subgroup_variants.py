@@ -23,7 +23,13 @@ from vkcore.kernels import softmax_stages as sm
 
 OP_CAPABILITY = 17
 CAP_GROUP_NON_UNIFORM, CAP_GROUP_NON_UNIFORM_ARITHMETIC = 61, 63
-REDUCING = {"matvec.comp", "matvec_batch.comp", "quantize_rows.comp", "quantize_act.comp"}
+REDUCING = {
+    "matvec.comp",
+    "matvec_batch.comp",
+    "quantize_rows.comp",
+    "quantize_act.comp",
+    "topk_select.comp",
+}
 REDUCING_SOFTMAX_STAGES = {"softmax_online.comp": {0, 1}, "softmax_safe.comp": {0, 1, 2}}
 
 
@@ -142,6 +148,11 @@ def _kernel_results(device, rng):
             out.append(
                 (f"log_softmax {alg}", vkcore.log_softmax(data, algorithm=alg, device=device), 0)
             )
+    for data in (x, long_row):  # top-k selection is exact; the fused probabilities are not
+        values, indices = vkcore.topk(data, 40, device=device)
+        probs, where = vkcore.softmax_topk(data, 40, device=device)
+        out += [("topk values", values, 1), ("topk indices", indices, 1)]
+        out += [("softmax_topk", probs, 0), ("softmax_topk indices", where, 1)]
     w = (rng.standard_normal((37, 600)) * 0.1).astype(np.float32)
     w[4, 590] = 3.0  # a row maximum late in the row
     v = rng.standard_normal(600).astype(np.float32)

@@ -140,19 +140,34 @@ class _QuantizeJob:
 
     dev: Device
     layout: Layout
-    params: dict[int, Buffer]  # per chunk (by first row): its groups' parameters
+    params: dict[int, np.ndarray]  # per chunk (by first row): its groups' parameters
 
     def run_slice(self, src: Buffer, offset: int, ch: Chunk, start: int, rows: int) -> None:
         """Quantize ``rows`` rows of ``src`` (starting ``offset`` floats in) into rows
         ``start...`` of chunk ``ch``: whole stored blocks (16 columns, 32 packed) with
         vec4 loads where every row starts 16-byte aligned, the rest column by column."""
         dev, lay = self.dev, self.layout
+        own = self.params[ch.row0]
+        # The parameters of these rows alone: a chunk's may not fit one binding.
+        mine = own[start : start + rows] if lay.per_channel else own
+        pool = buffer_pool(dev)
+        params = pool.acquire(max(16, mine.nbytes))
+        try:
+            params.write(mine)
+            self._run(src, offset, ch, start, rows, params)
+        finally:
+            pool.release(params)
+
+    def _run(
+        self, src: Buffer, offset: int, ch: Chunk, start: int, rows: int, params: Buffer
+    ) -> None:
+        """The dispatches of run_slice, with ``params`` holding these rows' parameters."""
+        dev, lay = self.dev, self.layout
         n = lay.n
         cols = 2 * BLOCK if lay.packed else BLOCK  # columns per stored block
         blocks = lay.row_bytes // BLOCK
         vec_blocks = n // cols if n % 4 == 0 and offset % 4 == 0 else 0
         parts = ((1, 0, vec_blocks), (0, vec_blocks, blocks - vec_blocks))
-        params = self.params[ch.row0]
         texel = all(
             buf.nbytes >= 16 and c.texel_format(dev, buf, fmt) is not None
             for buf, fmt in ((src, "rgba32f"), (params, "rgba32ui"))
@@ -161,7 +176,7 @@ class _QuantizeJob:
         qmin, qmax = integer_range(lay.bits, lay.symmetric)
         steps = []
         for first, count in row_slices(rows, c.grid_rows(dev)):
-            row = start + first  # in the chunk, as its parameters are
+            row = first  # in the bound parameters, which start at row ``start``
             head = c.pack_u32(n, blocks, count, offset + first * n, start + first, row, stride)
             head += np.array([qmin, qmax], dtype="<i4").tobytes()
             for vec, block0, count_x in parts:
@@ -192,19 +207,15 @@ def _run_quantize(
 ) -> None:
     """Quantize with the scales and zero points the host computed; each chunk binds the
     parameters of its own rows (all of them may not fit one binding)."""
-    pool = buffer_pool(dev)
-    params: dict[int, Buffer] = {}
-    try:
-        for ch in chunks:
-            part = slice(ch.row0, ch.row0 + ch.rows)
-            own = device_params(s[part], z[part]) if layout.per_channel else device_params(s, z)
-            buf = params[ch.row0] = pool.acquire(max(16, own.nbytes))
-            buf.write(own)
-        job = _QuantizeJob(dev, layout, params)
-        _for_weight_slices(dev, w32, chunks, w_rows, job.run_slice)
-    finally:
-        for buf in params.values():
-            pool.release(buf)
+    params = {}
+    for ch in chunks:
+        part = slice(ch.row0, ch.row0 + ch.rows)
+        own = device_params(s[part], z[part]) if layout.per_channel else device_params(s, z)
+        params[ch.row0] = own
+    if layout.per_channel:  # a slice's parameters must fit one binding too
+        w_rows = min(w_rows, storage.rows_per_buffer(dev, own[:1].nbytes, "one row's parameters"))
+    job = _QuantizeJob(dev, layout, params)
+    _for_weight_slices(dev, w32, chunks, w_rows, job.run_slice)
 
 
 SliceRunner = Callable[[Buffer, int, Chunk, int, int], None]
