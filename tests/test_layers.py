@@ -15,23 +15,6 @@ PACKAGE = "vkcore"
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 MAX_LINES = 400
 
-# Modules still over MAX_LINES while they are being split; empty it as each split lands.
-# (Names relative to the package; new modules never go here.)
-_BEING_SPLIT = frozenset(
-    {
-        "kernels.matvec",
-        "kernels.matvec_batch",
-        "kernels.softmax",
-    }
-)
-
-# Import cycles known today and being removed; each entry is the set of modules of one
-# cycle (a strongly connected part of the import graph). A cycle is tolerated while its
-# modules are a subset of an entry. Empty it as the fixes land; never add the device core.
-_KNOWN_CYCLES_BEING_FIXED: frozenset[frozenset[str]] = frozenset(
-    {frozenset({"kernels.matvec", "kernels.matvec_batch"})}
-)
-
 # The device core, bottom up: a module may import modules of its own layer or of lower
 # ones, and no vkcore module outside this list. The public compute API (program, reflect)
 # and the kernels sit above it and are not listed.
@@ -179,30 +162,19 @@ def test_the_import_graph_is_read():
 
 def test_no_import_cycles():
     graph = import_graph()
-    new = [
-        part
-        for part in cycles(graph)
-        if not any(part <= known for known in _KNOWN_CYCLES_BEING_FIXED)
-    ]
+    found = cycles(graph)
     report = [
         f"{sorted(part)}: e.g. {' -> '.join(a_cycle_through(part, graph))}"
-        for part in sorted(new, key=sorted)
+        for part in sorted(found, key=sorted)
     ]
-    assert not new, "import cycles:\n" + "\n".join(report)
-
-
-def test_the_device_core_is_not_in_the_cycle_allowlist():
-    core = frozenset().union(*LAYERS)
-    listed = frozenset().union(*_KNOWN_CYCLES_BEING_FIXED)
-    assert not core & listed, f"device-core modules allowed in a cycle: {sorted(core & listed)}"
+    assert not found, "import cycles:\n" + "\n".join(report)
 
 
 def test_modules_are_short():
     known = modules()
     lengths = {name: len(path.read_text().splitlines()) for name, path in known.items()}
-    over = {name: n for name, n in lengths.items() if n > MAX_LINES and name not in _BEING_SPLIT}
+    over = {name: n for name, n in lengths.items() if n > MAX_LINES}
     assert not over, f"modules over {MAX_LINES} lines: {over}"
-    assert not _BEING_SPLIT - known.keys(), "_BEING_SPLIT names missing modules"
 
 
 def test_device_core_layers():
