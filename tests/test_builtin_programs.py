@@ -270,3 +270,11 @@ def test_a_dropped_program_frees_its_staging_buffers(device):
         assert all(r() is None for r in held)
         counts.append(device.live_objects()["buffers"])
     assert counts[-1] <= counts[1], counts  # no growth from one program to the next
+
+
+def test_an_unknown_shader_is_not_counted_as_requested():
+    """The completeness check (test_wheel) lists what kernels asked for: a failed lookup
+    of a file vkcore does not have is not a request."""
+    with pytest.raises(FileNotFoundError):
+        spirv.get("no_such_shader_either.comp", {})
+    assert ("no_such_shader_either.comp", {}) not in spirv.requested()

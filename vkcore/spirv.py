@@ -121,9 +121,9 @@ def get(name: str, defines: dict[str, int | str] | None = None) -> Spirv:
     """SPIR-V for ``shaders/<name>`` with ``defines``: shipped, cached or compiled."""
     defines = dict(defines or {})
     start = time.perf_counter()
+    skey = source_key(name, defines)  # FileNotFoundError for a shader vkcore does not have
     if config.env_dir("VKCORE_SHADER_DIR", must_exist=True) is None:
         _requested.setdefault(_variant_id(name, defines), defines)
-    skey = source_key(name, defines)
     with _memo_lock:
         hit = _memo.get(skey)
     if hit is not None:

@@ -8,6 +8,7 @@ import json
 import sys
 
 from .. import bench, probes
+from ..bench import compare
 from ..device import Device
 from ._args import output_file, positive_int
 
@@ -40,10 +41,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="only the probes behind the README's explanations (first-touch pages, OpenBLAS "
         "spin, dequantize, softmax passes), not the comparisons",
     )
+    p.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("BEFORE", "AFTER"),
+        help="no run: the targets of two sets of --json outputs (comma-separated files "
+        "each) side by side, medians and after/before",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.compare:
+        return run_compare(args)
     if args.probes:
         return run_probes(args)
     with Device(args.device) as dev:
@@ -64,6 +74,20 @@ def run(args: argparse.Namespace) -> int:
     if result["errors"]:
         return 1  # a comparison could not run: say so in the exit status too
     return 1 if (args.check and missed) or status else 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    try:
+        before, after = (compare.load_runs(side) for side in args.compare)
+    except compare.CompareError as exc:
+        print(f"vkcore: error: --compare: {exc}", file=sys.stderr)
+        return 2
+    rows = compare.compare(before, after)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(compare.format_compare(rows, len(before), len(after)))
+    return 0
 
 
 def run_probes(args: argparse.Namespace) -> int:

@@ -63,6 +63,21 @@ def float_input(x: Any, name: str) -> np.ndarray | Tensor:
     return arr
 
 
+def numeric_input(x: Any, name: str) -> np.ndarray | Tensor:
+    """:func:`float_input`, also taking integer arrays (as float32: exact up to 2^24 in
+    magnitude); bool, complex, string and object input is a TypeError."""
+    if type(x) is np.ndarray and x.dtype == np.float32:  # the common case, checked first
+        return x
+    if isinstance(x, (np.ndarray, list, tuple, int, np.integer)):
+        try:
+            arr = np.asarray(x)
+        except (ValueError, TypeError):
+            arr = None  # ragged: float_input says so
+        if arr is not None and arr.dtype.kind in "iu":
+            return arr.astype(np.float32)
+    return float_input(x, name)
+
+
 def as_float32(arr: np.ndarray) -> np.ndarray:
     """C-contiguous float32 (a copy only when needed; the input is never written)."""
     return np.ascontiguousarray(arr, dtype=np.float32)

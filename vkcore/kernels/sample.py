@@ -61,7 +61,7 @@ def sample(
     """One token per row of ``logits`` (last axis: the vocabulary), int64 of shape
     ``logits.shape[:-1]`` (a numpy int64 scalar for 1-D logits; numpy also for a Tensor,
     whose draws stay on the device until the tokens are read). See the module docstring."""
-    data = topk.as_input(logits, "logits")
+    data = c.numeric_input(logits, "logits")
     if len(data.shape) == 0:
         raise ValueError("logits must have at least one dimension, got a 0-d array")
     n = data.shape[-1]

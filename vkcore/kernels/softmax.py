@@ -84,7 +84,7 @@ def _normalized(
 ) -> Any:
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
-    data = _input(x)
+    data = c.numeric_input(x, "x")
     ndim = len(data.shape)
     if ndim == 0:
         raise ValueError("x must have at least one dimension, got a 0-d array")
@@ -131,21 +131,6 @@ def _separate_or_same(a: np.ndarray, b: np.ndarray) -> bool:
         return True
     same_start = a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
     return same_start and a.nbytes == b.nbytes and a.flags.c_contiguous and b.flags.c_contiguous
-
-
-def _input(x: Any) -> np.ndarray | Tensor:
-    """A float32 Tensor, or an array of floats or integers (integers become float32, exact
-    up to 2^24 in magnitude); bool, complex and object input is a TypeError."""
-    if type(x) is np.ndarray and x.dtype == np.float32:  # the common case, checked first
-        return x
-    if isinstance(x, (np.ndarray, list, tuple, int, np.integer)):
-        try:
-            arr = np.asarray(x)
-        except (ValueError, TypeError):
-            arr = None  # ragged: float_input says so
-        if arr is not None and arr.dtype.kind in "iu":
-            return arr.astype(np.float32)
-    return c.float_input(x, "x")
 
 
 def _tensor_out(out: Any, x: Tensor) -> Tensor | None:

@@ -51,19 +51,6 @@ def softmax_topk(
 
 
 # ------------------------------------------------------------------ argument checks
-def as_input(x: Any, name: str) -> np.ndarray | Tensor:
-    """A float32 Tensor, or an array of floats or integers (integers become float32);
-    bool, complex, string and object input is a TypeError."""
-    if isinstance(x, (np.ndarray, list, tuple)) and not isinstance(x, Tensor):
-        try:
-            arr = np.asarray(x)
-        except (ValueError, TypeError):
-            arr = None  # ragged: float_input says so
-        if arr is not None and arr.dtype.kind in "iu":
-            return arr.astype(np.float32)
-    return c.float_input(x, name)
-
-
 def check_count(value: Any, name: str, n: int) -> int:
     """``value`` as an int in 1..n (bools are not ints)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
@@ -86,7 +73,7 @@ def check_axis(axis: Any, ndim: int) -> int:
 
 # ------------------------------------------------------------------ calls
 def _topk(x: Any, k: Any, axis: Any, device: Device | None, *, fused: bool) -> tuple[Any, Any]:
-    data = as_input(x, "x")
+    data = c.numeric_input(x, "x")
     ndim = len(data.shape)
     if ndim == 0:
         raise ValueError("x must have at least one dimension, got a 0-d array")
