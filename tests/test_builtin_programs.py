@@ -278,3 +278,43 @@ def test_an_unknown_shader_is_not_counted_as_requested():
     with pytest.raises(FileNotFoundError):
         spirv.get("no_such_shader_either.comp", {})
     assert ("no_such_shader_either.comp", {}) not in spirv.requested()
+
+
+def test_repeated_calls_take_each_calls_data_and_push_values(device, rng):
+    """A repeated call reuses its Dispatch and recording: new data and new push values
+    must still be what runs."""
+    prog = vkcore.Program(SCALE, device=device)
+    y = np.empty(256, np.float32)
+    for a in (2.0, 2.0, -1.5, 3.0, 3.0):
+        x = rng.standard_normal(256).astype(np.float32)
+        prog(x, y, groups=4, a=a, n=256)
+        np.testing.assert_array_equal(y, np.float32(a) * x)
+    prog(x, y, groups=2, a=1.0, n=128)  # another grid and count: only the first half
+    np.testing.assert_array_equal(y[:128], x[:128])
+
+
+def test_a_call_after_its_staging_buffers_were_destroyed_stages_anew(device, rng):
+    prog = vkcore.Program(SCALE, device=device)
+    x = rng.standard_normal(256).astype(np.float32)
+    y = np.empty_like(x)
+    prog(x, y, groups=4, a=1.0, n=256)
+    for buf in list(prog._held.values()):
+        buf.destroy()
+    x2 = rng.standard_normal(256).astype(np.float32)
+    prog(x2, y, groups=4, a=2.0, n=256)
+    np.testing.assert_array_equal(y, np.float32(2.0) * x2)
+
+
+def test_a_program_keeps_no_tensor_alive_after_its_call(device):
+    import gc
+    import weakref
+
+    prog = vkcore.Program(SCALE, device=device)
+    x = vkcore.asarray(np.ones(256, np.float32), device=device)
+    y = vkcore.Tensor.empty((256,), np.float32, device)
+    prog(x, y, groups=4, a=2.0, n=256)
+    np.testing.assert_array_equal(y.numpy(), np.full(256, 2.0, np.float32))
+    refs = [weakref.ref(x.buffer), weakref.ref(y.buffer)]
+    del x, y
+    gc.collect()
+    assert all(r() is None for r in refs)

@@ -4,6 +4,7 @@ the dispatch where the shader may write it)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,6 +150,16 @@ def size_problem(
     if nbytes > limit:
         return f"{nbytes} bytes is more than one binding may cover ({limit} bytes)"
     return None
+
+
+def size_range(rules: BindingRules, b: reflect.Binding) -> tuple[int, float]:
+    """The byte sizes a recorded buffer may have for binding ``b``: size_problem with
+    ``whole_elements=False`` as two bounds (the fast path of Program.record)."""
+    fmt = rules.texel.get(b.binding)
+    if fmt is not None:
+        return TEXEL_BYTES[fmt], math.inf
+    limit = UNIFORM_BLOCK_LIMIT if b.kind == reflect.UNIFORM_BUFFER else rules.max_binding
+    return max(1, b.fixed_bytes), limit
 
 
 def check_size(

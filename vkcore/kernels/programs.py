@@ -15,21 +15,27 @@ from ..per_device import per_device_map
 from ..program import Program
 
 ProgramKey = tuple[Any, ...]
-# Per device: the DeviceInfo the programs were made for, and the programs. A Program
-# checks against the limits of the info it was made with, so another info (tests
-# replace ``device.info`` to act as other GPUs) starts a new table.
-_programs: weakref.WeakKeyDictionary[Device, tuple[Any, dict[ProgramKey, Program]]] = (
+# Per device: the DeviceInfo the programs were made for, and named tables of them. A
+# Program checks against the limits of the info it was made with, so another info (tests
+# replace ``device.info`` to act as other GPUs) starts new tables.
+_tables: weakref.WeakKeyDictionary[Device, tuple[Any, dict[str, dict[Any, Program]]]] = (
     per_device_map()
 )
 
 
-def made(device: Device) -> dict[ProgramKey, Program]:
-    """The programs made so far on ``device`` for its current info, by key (shader,
-    defines, workgroup, spec constants, texel formats)."""
-    entry = _programs.get(device)
+def table(device: Device, name: str) -> dict[Any, Program]:
+    """The table ``name`` of programs made on ``device`` for its current info: a kernel
+    may keep its own, under a key cheaper to build than :func:`program`'s."""
+    entry = _tables.get(device)
     if entry is None or entry[0] is not device.info:
-        entry = _programs[device] = (device.info, {})
-    return entry[1]
+        entry = _tables[device] = (device.info, {})
+    return entry[1].setdefault(name, {})
+
+
+def made(device: Device) -> dict[ProgramKey, Program]:
+    """The programs :func:`program` made on ``device`` for its current info, by key
+    (shader, defines, workgroup, spec constants, texel formats)."""
+    return table(device, "programs")
 
 
 def program(

@@ -120,16 +120,23 @@ def cached_plan(device: Device, rows: int, n: int) -> Plan:
 def _program(
     device: Device, shader: str, stage: int, p: Plan, texel: str | None, log: bool
 ) -> Program:
-    """The Program of one softmax variant on ``device``."""
-    extra = variants.defines(device.info, exact=False, reduces=stage in _REDUCING_STAGES[shader])
-    defines = {"STAGE": stage, "VEC4": int(p.vec4), "TEXEL": int(texel is not None)}
-    return programs.program(
-        device,
-        shader,
-        {**defines, "LOG": int(log), **extra},
-        workgroup=p.workgroup,
-        texel={0: texel} if texel else None,
-    )
+    """The Program of one softmax variant on ``device`` (kept under a cheap key: a tiny
+    call's overhead is measured against the bare submission)."""
+    memo = programs.table(device, "softmax")
+    key = (shader, stage, p.vec4, p.workgroup, texel, log)
+    prog = memo.get(key)
+    if prog is None or prog.pipeline.handle is None:
+        reduces = stage in _REDUCING_STAGES[shader]
+        extra = variants.defines(device.info, exact=False, reduces=reduces)
+        defines = {"STAGE": stage, "VEC4": int(p.vec4), "TEXEL": int(texel is not None)}
+        prog = memo[key] = programs.program(
+            device,
+            shader,
+            {**defines, "LOG": int(log), **extra},
+            workgroup=p.workgroup,
+            texel={0: texel} if texel else None,
+        )
+    return prog
 
 
 def _split_stages(algorithm: str) -> list[int]:
