@@ -9,6 +9,7 @@ reads the results once the fence has signalled. Submitting them is the
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,42 @@ def begin(dev: DeviceContext, cb: Any, *, one_time: bool) -> None:
     flags = vkapi.flag("VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT") if one_time else 0
     info = keep.struct("VkCommandBufferBeginInfo", flags=flags)
     vkapi.check(dev.lib.vkBeginCommandBuffer(cb, info), "vkBeginCommandBuffer")
+
+
+class ReuseKeys:
+    """The key under which a dispatch list's recording is kept: on long-lived buffers
+    only (``Buffer.reusable``), else None. The key of a lone Dispatch object submitted
+    again (a repeated Program call) is remembered, weakly (remembering must not keep its
+    buffers alive): a Dispatch never changes, only whether its buffers are still alive."""
+
+    def __init__(self) -> None:
+        self._last: tuple[weakref.ref[Dispatch], bool, tuple[Any, ...]] | None = None
+
+    def of(self, dispatches: Sequence[Dispatch], timed: bool) -> tuple[Any, ...] | None:
+        if not dispatches:
+            return None
+        if len(dispatches) == 1 and self._last is not None:
+            ref, was_timed, last = self._last
+            d = dispatches[0]
+            if ref() is d and was_timed == timed:
+                alive = all(buf.reusable and buf.handle is not None for buf in d.buffers)
+                return last if alive else None
+        key = reuse_key(dispatches, timed)
+        if len(dispatches) == 1 and key is not None:
+            self._last = (weakref.ref(dispatches[0]), timed, key)
+        return key
+
+
+def reuse_key(dispatches: Sequence[Dispatch], timed: bool) -> tuple[Any, ...] | None:
+    """Pipelines, buffers, push constants and grids of the list, or None where a buffer
+    is not long-lived."""
+    parts: list[Any] = [timed]
+    for d in dispatches:
+        for buf in d.buffers:
+            if not buf.reusable or not buf.alive:
+                return None
+        parts.append((id(d.pipeline), tuple(id(b) for b in d.buffers), d.push, d.groups))
+    return tuple(parts)
 
 
 def barrier(

@@ -34,7 +34,6 @@ Binding rules (descriptor set 0; a GLSL error is a :class:`vkcore.ShaderCompileE
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,7 +47,7 @@ from .commands import Dispatch
 from .device import Device, resolve
 from .pipeline import Pipeline
 from .pools import buffer_pool
-from .push_block import PushBlock, spec_value
+from .push_block import PushBlock
 from .tensor import Tensor
 
 _DESCRIPTOR_TYPES = {reflect.STORAGE_BUFFER: 7, reflect.UNIFORM_BUFFER: 6}
@@ -123,17 +122,19 @@ class Program:
         self.bindings = interface.bindings
         self.push = interface.push
         self.spec_constants = interface.spec
-        self._check_bindings()
+        source_of.check_bindings(self.bindings)
         self.texel = source_of.texel_formats(self.device, self.bindings, texel)
-        self.spec = self._spec_values(spec, workgroup)
-        self.workgroup = self._local_size()
-        self._check_workgroup()
+        self.spec = source_of.spec_values(interface, spec, workgroup)
+        self.workgroup = source_of.local_size(interface, self.spec)
+        source_of.check_workgroup(self.workgroup, self.device.info)
         self.pipeline = self._pipeline()
         self._push_block = PushBlock(self.push, interface.push_size, name)
         self._max_groups = tuple(int(g) for g in self.device.info.max_compute_work_group_count)
         self.max_binding = int(self.device.info.max_storage_buffer_range)
         self.rules = program_args.BindingRules(self.device, self.texel, self.max_binding)
-        self._sizes = [program_args.size_range(self.rules, b) for b in self.bindings]
+        # size_problem's rule as bounds: for recorded buffers, and for a call's arrays
+        self._sizes = [program_args.size_bounds(self.rules, b, False) for b in self.bindings]
+        self._call_sizes = [program_args.size_bounds(self.rules, b) for b in self.bindings]
         # binding index -> the staging buffer a small numpy argument keeps between calls
         # (freed with the Program, like any collected Buffer)
         self._held: dict[int, Buffer] = {}
@@ -149,91 +150,6 @@ class Program:
         if path is not None:
             return str(path)
         return "<spirv>" if source is None else "<string>"
-
-    def _check_bindings(self) -> None:
-        for b in self.bindings:
-            if b.set != 0:
-                raise ValueError(f"binding {b.binding} is in descriptor set {b.set}; use set 0")
-            if b.kind == reflect.STORAGE_TEXEL_BUFFER:
-                raise ValueError(
-                    f"binding {b.binding} ({b.name}) is an imageBuffer (storage texel "
-                    "buffer), which vkcore.Program does not support; use a storage buffer"
-                )
-        for b in self.bindings:
-            if (
-                b.kind == reflect.UNIFORM_BUFFER
-                and b.fixed_bytes > program_args.UNIFORM_BLOCK_LIMIT
-            ):
-                raise ValueError(
-                    f"binding {b.binding} ({b.name}) is a uniform block of {b.fixed_bytes} "
-                    f"bytes, more than {program_args.UNIFORM_BLOCK_LIMIT} (Vulkan's guaranteed "
-                    "maxUniformBufferRange); use a storage buffer"
-                )
-        numbers = [b.binding for b in self.bindings]
-        if len(set(numbers)) != len(numbers):
-            raise ValueError(f"two bindings share a number: {numbers}")
-
-    def _spec_values(
-        self, given: Mapping[str | int, Any] | None, workgroup: int | Sequence[int] | None
-    ) -> dict[int, Any]:
-        """SpecId -> value for every constant set by ``spec`` or ``workgroup``."""
-        by_name = {c.name: c for c in self.spec_constants if c.name}
-        by_id = {c.id: c for c in self.spec_constants}
-        values: dict[int, Any] = {}
-        for key, value in (given or {}).items():
-            if isinstance(key, bool) or not isinstance(key, (str, int, np.integer)):
-                raise TypeError(f"spec keys are names (str) or SpecIds (int), got {key!r}")
-            const = by_name.get(key) if isinstance(key, str) else by_id.get(int(key))
-            if const is not None and const.id in values:
-                raise ValueError(f"spec: {key!r} sets SpecId {const.id} a second time")
-            if const is None:
-                known = sorted(by_name) or "none"
-                raise ValueError(
-                    f"spec: the shader has no specialization constant {key!r} (named ones: {known})"
-                )
-            values[const.id] = spec_value(const, value)
-        for dim, size in enumerate(source_of.workgroup_dims(workgroup)):
-            spec_id = self.interface.local_size_ids[dim]
-            if size is None:
-                continue
-            if spec_id is None:
-                raise ValueError(
-                    f"workgroup: the shader fixes local_size_{'xyz'[dim]} "
-                    f"= {self.interface.local_size[dim]}; declare local_size_{'xyz'[dim]}_id "
-                    "to set it here"
-                )
-            if spec_id in values:
-                raise ValueError(
-                    f"workgroup and spec both set SpecId {spec_id} (local_size_{'xyz'[dim]}); "
-                    "give it once"
-                )
-            values[spec_id] = size
-        return values
-
-    def _local_size(self) -> tuple[int, int, int]:
-        ids, sizes = self.interface.local_size_ids, self.interface.local_size
-        x, y, z = (
-            int(self.spec.get(i, s)) if i is not None else s
-            for i, s in zip(ids, sizes, strict=True)
-        )
-        return x, y, z
-
-    def _check_workgroup(self) -> None:
-        info = self.device.info
-        for dim, (size, limit) in enumerate(
-            zip(self.workgroup, info.max_compute_work_group_size, strict=True)
-        ):
-            if not 1 <= size <= limit:
-                raise ValueError(
-                    f"workgroup: local_size_{'xyz'[dim]} = {size} is outside 1..{limit} "
-                    "(maxComputeWorkGroupSize)"
-                )
-        total = math.prod(self.workgroup)
-        if total > info.max_compute_work_group_invocations:
-            raise ValueError(
-                f"workgroup: {self.workgroup} is {total} invocations, more than this device's "
-                f"maxComputeWorkGroupInvocations ({info.max_compute_work_group_invocations})"
-            )
 
     def _pipeline(self) -> Pipeline:
         layout = tuple(
@@ -269,6 +185,10 @@ class Program:
                 f"{self.name} takes {len(self.bindings)} buffers (bindings "
                 f"{[b.binding for b in self.bindings]}), got {len(buffers)}"
             )
+        staged = self._held_for(buffers)
+        if staged is not None:
+            self._run_held(buffers, staged, push_bytes, grid)
+            return
         args = [
             program_args.Argument.of(self.rules, b, x, i)
             for i, (b, x) in enumerate(zip(self.bindings, buffers, strict=True))
@@ -286,6 +206,50 @@ class Program:
             finally:
                 for a in args:
                     a.give_back(pool)
+
+    def _held_for(self, arrays: tuple[Any, ...]) -> tuple[Buffer, ...] | None:
+        """The held staging buffers of a repeated call on plain numpy arrays of the same
+        sizes (the common case of a small program called in a loop), else None: the
+        general path checks and stages each argument."""
+        held = self._held
+        if len(held) != len(arrays):
+            return None
+        out = []
+        for i, (x, b, (lo, hi, base, step)) in enumerate(
+            zip(arrays, self.bindings, self._call_sizes, strict=True)
+        ):
+            buf = held.get(i)
+            if type(x) is not np.ndarray or buf is None or buf.handle is None:
+                return None
+            n = x.nbytes
+            flags = x.flags
+            if n != buf.nbytes or not flags.c_contiguous or x.dtype.hasobject:
+                return None
+            if not (lo <= n <= hi and (n - base) % step == 0):
+                return None
+            if b.writable and not flags.writeable:
+                return None
+            out.append(buf)
+        return tuple(out)
+
+    def _run_held(
+        self,
+        arrays: tuple[Any, ...],
+        staged: tuple[Buffer, ...],
+        push: bytes,
+        grid: tuple[int, int, int],
+    ) -> None:
+        """Upload into the held buffers, dispatch, copy the written bindings back."""
+        dev = self.device
+        with dev.lock:
+            dev.check()
+            for x, buf in zip(arrays, staged, strict=True):
+                buf.write(x)
+            dispatch = self._dispatch(staged, push, grid)
+            dev.submitter.run((dispatch,), read_seconds=False)
+            for x, buf, b in zip(arrays, staged, self.bindings, strict=True):
+                if b.writable:
+                    buf.read(x)
 
     def _dispatch(
         self, bound: tuple[Buffer, ...], push: bytes, grid: tuple[int, int, int]
@@ -322,7 +286,7 @@ class Program:
             )
         bound: list[Buffer] = []
         dev = self.device
-        for i, (x, (lo, hi)) in enumerate(zip(buffers, self._sizes, strict=True)):
+        for i, (x, (lo, hi, _, _)) in enumerate(zip(buffers, self._sizes, strict=True)):
             buf = x.buffer if isinstance(x, Tensor) else x
             # The common case in a few comparisons: the same rule as size_problem.
             if (

@@ -152,14 +152,18 @@ def size_problem(
     return None
 
 
-def size_range(rules: BindingRules, b: reflect.Binding) -> tuple[int, float]:
-    """The byte sizes a recorded buffer may have for binding ``b``: size_problem with
-    ``whole_elements=False`` as two bounds (the fast path of Program.record)."""
+def size_bounds(
+    rules: BindingRules, b: reflect.Binding, whole_elements: bool = True
+) -> tuple[int, float, int, int]:
+    """size_problem as numbers, for the fast paths of Program calls: a buffer of ``n``
+    bytes fits binding ``b`` iff ``lo <= n <= hi`` and ``(n - base) % step == 0``."""
     fmt = rules.texel.get(b.binding)
     if fmt is not None:
-        return TEXEL_BYTES[fmt], math.inf
+        texel = TEXEL_BYTES[fmt]
+        return texel, math.inf, 0, texel if whole_elements else 1
     limit = UNIFORM_BLOCK_LIMIT if b.kind == reflect.UNIFORM_BUFFER else rules.max_binding
-    return max(1, b.fixed_bytes), limit
+    step = b.stride if whole_elements and b.stride else 1
+    return max(1, b.fixed_bytes), limit, b.fixed_bytes, step
 
 
 def check_size(

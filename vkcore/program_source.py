@@ -4,6 +4,7 @@ bytes) and the checks of its construction arguments (workgroup, texel formats)."
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,8 @@ import numpy as np
 
 from . import reflect, spirv, spirv_entry
 from .device import Device
-from .program_args import TEXEL_BYTES
+from .program_args import TEXEL_BYTES, UNIFORM_BLOCK_LIMIT
+from .push_block import spec_value
 
 
 def spirv_of(
@@ -94,3 +96,91 @@ def texel_formats(
                 f"texel buffer on this device (it offers {sorted(device.info.texel_formats)})"
             )
     return formats
+
+
+def check_bindings(bindings: Sequence[reflect.Binding]) -> None:
+    """Refuse what vkcore.Program cannot bind (other sets, imageBuffer, big uniform
+    blocks, a binding number used twice)."""
+    for b in bindings:
+        if b.set != 0:
+            raise ValueError(f"binding {b.binding} is in descriptor set {b.set}; use set 0")
+        if b.kind == reflect.STORAGE_TEXEL_BUFFER:
+            raise ValueError(
+                f"binding {b.binding} ({b.name}) is an imageBuffer (storage texel "
+                "buffer), which vkcore.Program does not support; use a storage buffer"
+            )
+    for b in bindings:
+        if b.kind == reflect.UNIFORM_BUFFER and b.fixed_bytes > UNIFORM_BLOCK_LIMIT:
+            raise ValueError(
+                f"binding {b.binding} ({b.name}) is a uniform block of {b.fixed_bytes} "
+                f"bytes, more than {UNIFORM_BLOCK_LIMIT} (Vulkan's guaranteed "
+                "maxUniformBufferRange); use a storage buffer"
+            )
+    numbers = [b.binding for b in bindings]
+    if len(set(numbers)) != len(numbers):
+        raise ValueError(f"two bindings share a number: {numbers}")
+
+
+def spec_values(
+    interface: reflect.Interface,
+    given: Mapping[str | int, Any] | None,
+    workgroup: int | Sequence[int] | None,
+) -> dict[int, Any]:
+    """SpecId -> value for every constant set by ``spec`` or ``workgroup``."""
+    by_name = {c.name: c for c in interface.spec if c.name}
+    by_id = {c.id: c for c in interface.spec}
+    values: dict[int, Any] = {}
+    for key, value in (given or {}).items():
+        if isinstance(key, bool) or not isinstance(key, (str, int, np.integer)):
+            raise TypeError(f"spec keys are names (str) or SpecIds (int), got {key!r}")
+        const = by_name.get(key) if isinstance(key, str) else by_id.get(int(key))
+        if const is not None and const.id in values:
+            raise ValueError(f"spec: {key!r} sets SpecId {const.id} a second time")
+        if const is None:
+            known = sorted(by_name) or "none"
+            raise ValueError(
+                f"spec: the shader has no specialization constant {key!r} (named ones: {known})"
+            )
+        values[const.id] = spec_value(const, value)
+    for dim, size in enumerate(workgroup_dims(workgroup)):
+        spec_id = interface.local_size_ids[dim]
+        if size is None:
+            continue
+        if spec_id is None:
+            raise ValueError(
+                f"workgroup: the shader fixes local_size_{'xyz'[dim]} "
+                f"= {interface.local_size[dim]}; declare local_size_{'xyz'[dim]}_id "
+                "to set it here"
+            )
+        if spec_id in values:
+            raise ValueError(
+                f"workgroup and spec both set SpecId {spec_id} (local_size_{'xyz'[dim]}); "
+                "give it once"
+            )
+        values[spec_id] = size
+    return values
+
+
+def local_size(interface: reflect.Interface, spec: Mapping[int, Any]) -> tuple[int, int, int]:
+    """The local size in effect: the shader's, with the ids ``spec`` sets replaced."""
+    ids, sizes = interface.local_size_ids, interface.local_size
+    x, y, z = (int(spec.get(i, s)) if i is not None else s for i, s in zip(ids, sizes, strict=True))
+    return x, y, z
+
+
+def check_workgroup(workgroup: tuple[int, int, int], info: Any) -> None:
+    """Refuse a local size beyond the device's limits."""
+    for dim, (size, limit) in enumerate(
+        zip(workgroup, info.max_compute_work_group_size, strict=True)
+    ):
+        if not 1 <= size <= limit:
+            raise ValueError(
+                f"workgroup: local_size_{'xyz'[dim]} = {size} is outside 1..{limit} "
+                "(maxComputeWorkGroupSize)"
+            )
+    total = math.prod(workgroup)
+    if total > info.max_compute_work_group_invocations:
+        raise ValueError(
+            f"workgroup: {workgroup} is {total} invocations, more than this device's "
+            f"maxComputeWorkGroupInvocations ({info.max_compute_work_group_invocations})"
+        )

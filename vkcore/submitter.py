@@ -9,7 +9,6 @@ while the device still reads it.
 from __future__ import annotations
 
 import time
-import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -62,8 +61,7 @@ class Submitter:
         self.device = device
         self.live_descriptor_sets = 0  # allocated and not yet freed (Device.live_objects)
         self._recorded: OrderedDict[tuple[Any, ...], _Recorded] = OrderedDict()
-        # (the Dispatch, timed, its key): the latest lone Dispatch's reuse key
-        self._last_key: tuple[weakref.ref[Dispatch], bool, tuple[Any, ...]] | None = None
+        self._keys = commands.ReuseKeys()
         self._in_flight = False  # submitted, fence not yet waited for and reset
         try:
             self._create()
@@ -143,7 +141,7 @@ class Submitter:
         timed = timed and self.timestamps
         with dev.lock:
             dev.check()
-            key = self._reuse_key(dispatches, timed)
+            key = self._keys.of(dispatches, timed)
             self._seconds, self._seconds_pending = None, False
             if key is not None:
                 rec = self._recorded_for(key, dispatches, timed)
@@ -172,34 +170,6 @@ class Submitter:
                 self._seconds = self._elapsed()
                 self._seconds_pending = False
             return self._seconds
-
-    def _reuse_key(self, dispatches: Sequence[Dispatch], timed: bool) -> tuple[Any, ...] | None:
-        """The cache key of a dispatch list on long-lived buffers only, else None. The key
-        of a lone Dispatch object submitted again (a repeated Program call) is remembered:
-        a Dispatch never changes, only whether its buffers are still alive."""
-        if not dispatches:
-            return None
-        if len(dispatches) == 1 and self._last_key is not None:
-            ref, was_timed, last = self._last_key
-            d = dispatches[0]
-            if ref() is d and was_timed == timed:
-                alive = all(buf.reusable and buf.handle is not None for buf in d.buffers)
-                return last if alive else None
-        key = self._build_key(dispatches, timed)
-        if len(dispatches) == 1 and key is not None:
-            # weakly: remembering the key must not keep the Dispatch's buffers alive
-            self._last_key = (weakref.ref(dispatches[0]), timed, key)
-        return key
-
-    @staticmethod
-    def _build_key(dispatches: Sequence[Dispatch], timed: bool) -> tuple[Any, ...] | None:
-        parts: list[Any] = [timed]
-        for d in dispatches:
-            for buf in d.buffers:
-                if not buf.reusable or not buf.alive:
-                    return None
-            parts.append((id(d.pipeline), tuple(id(b) for b in d.buffers), d.push, d.groups))
-        return tuple(parts)
 
     def _recorded_for(
         self, key: tuple[Any, ...], dispatches: Sequence[Dispatch], timed: bool
