@@ -28,13 +28,14 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"device_info"}),  # DeviceInfo: what a physical device offers; choosing one
     frozenset({"logical_device"}),  # creating the VkDevice and its queue
     frozenset({"context"}),  # DeviceContext: what every device object needs from its device
-    frozenset({"mapping"}),  # mapped memory ranges (flush, invalidate)
+    frozenset({"mapping", "holds"}),  # mapped memory ranges; buffers sequences hold
     frozenset({"buffer"}),  # Buffer: one VkBuffer and its memory
     frozenset({"host_buffer"}),  # HostBuffer: numpy memory imported as a VkBuffer
     frozenset({"pipeline_cache_file"}),  # the cache file's key and format
     frozenset({"pipeline_cache"}),  # the live VkPipelineCache and its persistence
     frozenset({"pipeline"}),  # Pipeline: module, layouts, pipeline
     frozenset({"commands"}),  # Dispatch and what goes into a command buffer
+    frozenset({"recording"}),  # which sequence records a thread's submissions
     frozenset({"submitter"}),  # Submitter: submission, fence, timestamps, kept recordings
     frozenset({"transfers"}),  # staging copies to and from device-local buffers
     frozenset({"device"}),  # Device: the facade that owns all of the above

@@ -17,6 +17,7 @@ from .kernels.softmax import log_softmax, softmax
 from .kernels.topk import softmax_topk, topk
 from .program import Program
 from .quant_report import QuantError, quant_error
+from .sequence import Sequence, sequence
 from .tensor import Tensor, asarray
 
 __version__ = "0.1.0"
@@ -28,6 +29,7 @@ __all__ = [
     "QuantError",
     "Program",
     "QuantizedTensor",
+    "Sequence",
     "ShaderCompileError",
     "Tensor",
     "ValidationError",
@@ -43,6 +45,7 @@ __all__ = [
     "quantize",
     "reference",
     "sample",
+    "sequence",
     "softmax",
     "softmax_topk",
     "topk",

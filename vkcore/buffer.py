@@ -24,6 +24,7 @@ from . import mapping, placement, vkapi
 from .context import DeviceContext
 from .device_info import TEXEL_FORMATS
 from .errors import VulkanError
+from .holds import Held
 
 # Results after which the next memory type of a placement is tried: out of host or device
 # memory, or a mapping that failed (out of address space).
@@ -83,7 +84,7 @@ class MappedBytes:
             buf._sync_mapped(0, buf.nbytes, flush=True)
 
 
-class Buffer:
+class Buffer(Held):
     """One VkBuffer bound to its own VkDeviceMemory (storage + transfer usage).
 
     ``view(format)`` gives a VkBufferView over the whole buffer for texel-buffer reads;
@@ -270,6 +271,8 @@ class Buffer:
 
     def write(self, data: np.ndarray, offset: int = 0) -> None:
         """Copy an array's bytes (in C order) into the buffer at ``offset`` bytes."""
+        if self._holders:
+            self._before_host(reading=False)
         if not isinstance(data, np.ndarray):
             raise TypeError(f"data must be a numpy array, got {type(data).__name__}")
         self._check_range(data.nbytes, offset, "data")
@@ -286,6 +289,8 @@ class Buffer:
         A non-contiguous ``out`` is filled through a contiguous copy: reshaping it would
         copy, and the data would land in the copy instead of ``out``.
         """
+        if self._holders:
+            self._before_host(reading=True)
         if not isinstance(out, np.ndarray):
             raise TypeError(f"out must be a numpy array, got {type(out).__name__}")
         if not out.flags.writeable:
@@ -350,6 +355,9 @@ class Buffer:
         # The device lock first: Device.close holds it while it destroys its buffers.
         with dev.lock, self._lock:
             if self.handle is None:
+                return
+            if self._holders:  # a sequence still binds it: freed when the last lets go
+                self._destroy_when_free = True
                 return
             pool = self._return_to
             if pool is not None and pool.take_back(self):

@@ -118,6 +118,15 @@ def record_dispatches(
     if query_pool is not None:
         lib.vkCmdResetQueryPool(cb, query_pool, 0, 2)
         lib.vkCmdWriteTimestamp(cb, TOP, query_pool, 0)
+    # After every earlier submission's writes (a sequence may still be in flight).
+    barrier(
+        dev,
+        cb,
+        COMPUTE | TRANSFER,
+        SHADER_WRITE | TRANSFER_WRITE,
+        COMPUTE,
+        SHADER_READ | SHADER_WRITE,
+    )
     set_arr = ffi.new("VkDescriptorSet[1]")
     for i, (d, dset) in enumerate(zip(dispatches, sets, strict=True)):
         if i:

@@ -93,7 +93,7 @@ class BufferPool:
     def release(self, buf: Buffer) -> None:
         """Give ``buf`` back; it is destroyed instead when the pool is full."""
         with self.device.lock:
-            if not buf.alive:
+            if not buf.alive or buf.defer_release(self):  # a sequence binds it: later
                 return
             if buf.nbytes > self.max_bytes:
                 buf.destroy()

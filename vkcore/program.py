@@ -48,7 +48,7 @@ from .device import Device, resolve
 from .pipeline import Pipeline
 from .pools import buffer_pool
 from .push_block import PushBlock
-from .tensor import Tensor
+from .tensor import Tensor, asarray
 
 _DESCRIPTOR_TYPES = {reflect.STORAGE_BUFFER: 7, reflect.UNIFORM_BUFFER: 6}
 _UNIFORM_TEXEL_BUFFER = 4
@@ -178,6 +178,10 @@ class Program:
     ) -> None:
         """Dispatch ``groups`` workgroups over ``buffers`` (binding order) with the push
         constants ``values`` (by member name) or ``push`` (the block's bytes)."""
+        if self.device.submitter.recording() is not None:  # inside vkcore.sequence()
+            step = self.record(*self._as_tensors(buffers), groups=groups, push=push, **values)
+            self.device.submitter.run((step,))
+            return
         grid = self._grid(groups)
         push_bytes = self._push_block.pack(push, values)
         if len(buffers) != len(self.bindings):
@@ -206,6 +210,22 @@ class Program:
             finally:
                 for a in args:
                     a.give_back(pool)
+
+    def _as_tensors(self, buffers: tuple[Any, ...]) -> list[Any]:
+        """A call recorded in a sequence: readonly numpy arguments uploaded as Tensors now;
+        a binding the shader writes needs a Tensor (its result is read after the block)."""
+        out = []
+        for i, (b, x) in enumerate(zip(self.bindings, buffers, strict=False)):  # count: record
+            if isinstance(x, (Tensor, Buffer)):
+                out.append(x)
+            elif b.writable:
+                raise TypeError(
+                    f"buffer {i} (binding {b.binding}) is written by the shader: inside a "
+                    "sequence pass a vkcore.Tensor and read it after the with block"
+                )
+            else:
+                out.append(asarray(np.ascontiguousarray(x), device=self.device))
+        return out + list(buffers[len(out) :])
 
     def _held_for(self, arrays: tuple[Any, ...]) -> tuple[Buffer, ...] | None:
         """The held staging buffers of a repeated call on plain numpy arrays of the same

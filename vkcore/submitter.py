@@ -18,6 +18,7 @@ from . import commands, vkapi
 from .buffer import Buffer
 from .commands import Dispatch
 from .context import DeviceContext
+from .recording import SequenceHooks
 
 _VK_TIMEOUT = 2
 _WAIT_SLICE_NS = 100_000_000  # wake up to let Python handle Ctrl-C
@@ -48,7 +49,7 @@ class _Recorded:
     keep: Any = None
 
 
-class Submitter:
+class Submitter(SequenceHooks):
     """The device's command buffer, fence, timestamp queries and kept recordings."""
 
     command_pool: Any = None
@@ -62,6 +63,7 @@ class Submitter:
         self.live_descriptor_sets = 0  # allocated and not yet freed (Device.live_objects)
         self._recorded: OrderedDict[tuple[Any, ...], _Recorded] = OrderedDict()
         self._keys = commands.ReuseKeys()
+        self._init_recording()
         self._in_flight = False  # submitted, fence not yet waited for and reset
         try:
             self._create()
@@ -81,7 +83,7 @@ class Submitter:
         keep = vkapi.Keep()
         self.command_pool = commands.create_command_pool(dev)
         self.descriptor_pool = commands.create_descriptor_pool(dev, _MAX_SETS)
-        self.command_buffer = self._allocate_command_buffer()
+        self.command_buffer = self.allocate_command_buffer()
         fence = ffi.new("VkFence*")
         vkapi.check(
             lib.vkCreateFence(dev.handle, keep.struct("VkFenceCreateInfo"), ffi.NULL, fence),
@@ -101,7 +103,7 @@ class Submitter:
             )
             self.query_pool = pool[0]
 
-    def _allocate_command_buffer(self) -> Any:
+    def allocate_command_buffer(self) -> Any:
         """One primary command buffer from the (resettable) command pool."""
         dev = self.device
         keep = vkapi.Keep()
@@ -137,6 +139,10 @@ class Submitter:
         buffers, push constants and grid, and a repeat of the same call only resubmits it.
         Destroying one of those buffers drops what referenced it (:meth:`forget_buffer`).
         """
+        recording = getattr(self._local, "sequence", None)
+        if recording is not None:  # vkcore.sequence: the steps go there instead
+            recording.add(dispatches)
+            return None
         dev = self.device
         timed = timed and self.timestamps
         with dev.lock:
@@ -157,7 +163,7 @@ class Submitter:
                     )
                     self._submit_and_wait(self.command_buffer)
                 finally:
-                    self._free_sets(sets)
+                    self.free_sets(sets)
             self._seconds_pending = timed
             dev.check()
             return self.last_device_seconds if read_seconds else None
@@ -185,7 +191,7 @@ class Submitter:
         try:
             self._descriptor_sets(dispatches, sets)
             rec = _Recorded(
-                self._allocate_command_buffer(),
+                self.allocate_command_buffer(),
                 sets,
                 frozenset(id(b) for d in dispatches for b in d.buffers),
             )
@@ -200,7 +206,7 @@ class Submitter:
             if rec is not None:
                 self._release_recorded(rec)
             else:
-                self._free_sets(sets)
+                self.free_sets(sets)
             raise
         self._recorded[key] = rec
         while len(self._recorded) > _MAX_RECORDED:
@@ -238,18 +244,23 @@ class Submitter:
             return out
 
     def _release_recorded(self, rec: _Recorded) -> None:
-        dev = self.device
-        if dev.handle is None:
-            return
-        self._free_sets(rec.sets)
-        arr = dev.ffi.new("VkCommandBuffer[1]", [rec.command_buffer])
-        dev.lib.vkFreeCommandBuffers(dev.handle, self.command_pool, 1, arr)
+        if self.device.handle is not None:
+            self.free_sets(rec.sets)
+            self.free_command_buffer(rec.command_buffer)
 
     def drop_recorded(self) -> None:
         """Free every kept command buffer and its descriptor sets."""
         with self.device.lock:
             while self._recorded:
                 self._release_recorded(self._recorded.popitem()[1])
+
+    def free_command_buffer(self, cb: Any) -> None:
+        dev = self.device
+        arr = dev.ffi.new("VkCommandBuffer[1]", [cb])
+        dev.lib.vkFreeCommandBuffers(dev.handle, self.command_pool, 1, arr)
+
+    def descriptor_sets(self, dispatches: Sequence[Dispatch], into: list[Any]) -> list[Any]:
+        return self._descriptor_sets(dispatches, into)
 
     def _descriptor_sets(self, dispatches: Sequence[Dispatch], into: list[Any]) -> list[Any]:
         """One written descriptor set per dispatch, appended to ``into`` as soon as they
@@ -269,7 +280,7 @@ class Submitter:
         commands.write_sets(dev, sets, dispatches)
         return into
 
-    def _free_sets(self, sets: list[Any]) -> None:
+    def free_sets(self, sets: list[Any]) -> None:
         if sets:
             commands.free_sets(self.device, self.descriptor_pool, sets)
             self.live_descriptor_sets -= len(sets)
@@ -368,6 +379,8 @@ class Submitter:
         ffi, lib = dev.ffi, dev.lib
         if dev.handle is None:
             return
+        for sequence in list(self._sequences):  # their fences and sets, before the pools
+            sequence.release()
         if self.command_pool is not None:
             self.drop_recorded()
         if self.query_pool is not None:

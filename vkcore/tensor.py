@@ -64,6 +64,24 @@ class Tensor:
             self.buffer.read(out)
         return out
 
+    def write(self, data: ArrayLike) -> None:
+        """Copy ``data`` (this Tensor's shape; its dtype, or values that convert to it
+        exactly) into the Tensor, e.g. new inputs for a replayed :func:`vkcore.sequence`.
+        Waits first for a sequence in flight that binds it."""
+        arr = np.asarray(data)
+        if arr.shape != self.shape:
+            raise ValueError(f"data must have this Tensor's shape {self.shape}, got {arr.shape}")
+        if arr.dtype != self.dtype:
+            if arr.dtype == object or not np.can_cast(arr.dtype, self.dtype, "same_kind"):
+                raise TypeError(f"data must be {self.dtype} (or convert to it), got {arr.dtype}")
+            converted = arr.astype(self.dtype)
+            if not np.array_equal(converted, arr, equal_nan=arr.dtype.kind == "f"):
+                raise ValueError(f"data does not convert to {self.dtype} exactly")
+            arr = converted
+        if self.size:
+            assert self.buffer is not None
+            self.buffer.write(np.ascontiguousarray(arr))
+
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         arr = self.numpy()
         return arr if dtype is None else arr.astype(dtype, copy=False)

@@ -16,7 +16,7 @@ from ..device import Device
 from ..host_buffer import HOST_SHARING_MIN_BYTES as POOLED_RESULT_BYTES
 from ..per_device import per_device_map
 from ..pools import host_pool
-from ..tensor import Tensor
+from ..tensor import Tensor, asarray
 
 _FLOAT_KINDS = ("f",)
 _dummies: weakref.WeakKeyDictionary[Device, Buffer] = per_device_map()
@@ -76,6 +76,20 @@ def numeric_input(x: Any, name: str) -> np.ndarray | Tensor:
         if arr is not None and arr.dtype.kind in "iu":
             return arr.astype(np.float32)
     return float_input(x, name)
+
+
+def recording(device: Device) -> bool:
+    """True while a :func:`vkcore.sequence` records this thread's calls on ``device``:
+    kernels then take numpy inputs as Tensors (uploaded now) and return Tensors."""
+    return device.submitter.recording() is not None
+
+
+def as_recorded(data: Any, device: Device) -> Any:
+    """``data`` as a Tensor on ``device`` inside a recording sequence (numpy uploaded
+    now: a host write at submission time would be too late), else unchanged."""
+    if data is None or isinstance(data, Tensor) or not recording(device):
+        return data
+    return asarray(np.asarray(data), device=device)
 
 
 def as_float32(arr: np.ndarray) -> np.ndarray:

@@ -39,6 +39,7 @@ import numpy as np
 
 from ..device import Device
 from ..tensor import Tensor
+from . import _common as c
 from . import matvec_batch as batch
 from . import matvec_groups as mg
 from .f32matrix import f32_weights
@@ -79,6 +80,7 @@ def matvec(
     if batch.is_batch(x):  # all b columns in one call
         return batch.matvec(qt, x, bias=bias, activations=activations, device=device)
     check_call(qt, activations, device)
+    x, bias = c.as_recorded(x, qt.device), c.as_recorded(bias, qt.device)
     return run(qt, x, bias, MODES[activations])
 
 

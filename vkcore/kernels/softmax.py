@@ -85,6 +85,8 @@ def _normalized(
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
     data = c.numeric_input(x, "x")
+    if not isinstance(data, Tensor):
+        data = c.as_recorded(data, resolve(device))  # inside a sequence: a Tensor
     ndim = len(data.shape)
     if ndim == 0:
         raise ValueError("x must have at least one dimension, got a 0-d array")

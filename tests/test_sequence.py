@@ -1,0 +1,255 @@
+"""vkcore.sequence: several calls in one submission, non-blocking submission, replay."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import numpy as np
+import pytest
+
+import vkcore
+from vkcore import reference
+from vkcore.bench.program_cases import TINY  # y = a x over n floats
+from vkcore.submitter import Submitter
+
+ATOL = 1e-6
+
+
+@pytest.fixture
+def submissions(monkeypatch):
+    """How many times anything was submitted (each vkQueueSubmit of a call)."""
+    count = [0]
+    real = Submitter._submit_and_wait
+
+    def spy(self, *args, **kwargs):
+        count[0] += 1
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Submitter, "_submit_and_wait", spy)
+    return count
+
+
+def _x(rng, shape=(4, 1000)):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def test_kernels_and_programs_mixed_in_one_submission(device, rng, submissions):
+    x = _x(rng)
+    xt = vkcore.asarray(x, device=device)
+    scale = vkcore.Program(TINY, device=device)
+    scaled = vkcore.Tensor.empty(x.shape, np.float32, device)
+    w = (rng.standard_normal((64, 1000)) * 0.1).astype(np.float32)
+    qt = vkcore.quantize(w, device=device)
+    h = vkcore.asarray(x[0], device=device)
+    submissions[0] = 0
+    with vkcore.sequence(device=device) as seq:
+        scale(xt, scaled, groups=-(-x.size // 64), a=0.5, n=x.size)
+        probs = vkcore.softmax(scaled)
+        logp = vkcore.log_softmax(probs)
+        logits = vkcore.matvec(qt, h)
+        top = vkcore.softmax(logits)
+        assert submissions[0] == 0  # nothing submitted while recording
+    assert submissions[0] == 0 and seq.state == "done"  # the sequence's own submission
+    assert len(seq.steps) >= 5
+    want = reference.softmax(np.float32(0.5) * x)
+    np.testing.assert_allclose(probs.numpy(), want, atol=ATOL)
+    np.testing.assert_allclose(logp.numpy(), reference.log_softmax(want), atol=1e-5)
+    want_logits = vkcore.matvec(qt, x[0])
+    np.testing.assert_array_equal(logits.numpy(), want_logits)
+    np.testing.assert_allclose(top.numpy(), reference.softmax(want_logits), atol=ATOL)
+    qt.release()
+
+
+def test_numpy_inputs_are_uploaded_when_recorded_and_give_tensors(device, rng):
+    x = _x(rng)
+    with vkcore.sequence(device=device):
+        y = vkcore.softmax(x, device=device)
+        values, indices = vkcore.topk(x, 5, device=device)
+    assert isinstance(y, vkcore.Tensor) and isinstance(indices, vkcore.Tensor)
+    np.testing.assert_allclose(y.numpy(), reference.softmax(x), atol=ATOL)
+    want_v, want_i = reference.topk(x, 5)
+    np.testing.assert_array_equal(values.numpy(), want_v)
+    np.testing.assert_array_equal(indices.numpy(), want_i)
+
+
+def test_uploaded_numpy_inputs_are_the_values_at_recording(device, rng):
+    x = _x(rng)
+    want = reference.softmax(x)
+    with vkcore.sequence(device=device):
+        y = vkcore.softmax(x, device=device)
+        x[:] = 0  # after recording: the uploaded copy is what runs
+    np.testing.assert_allclose(y.numpy(), want, atol=ATOL)
+
+
+def test_reading_a_result_before_submission_is_an_error(device, rng):
+    xt = vkcore.asarray(_x(rng), device=device)
+    seq = vkcore.sequence(device=device)
+    with pytest.raises(RuntimeError, match="before its sequence was submitted"), seq:
+        y = vkcore.softmax(xt)
+        y.numpy()
+
+
+def test_a_numpy_result_inside_a_sequence_is_refused_not_wrong(device, rng):
+    prog = vkcore.Program(TINY, device=device)
+    x = np.ones(256, np.float32)
+    seq = vkcore.sequence(device=device)
+    with pytest.raises(TypeError, match="inside a sequence pass a vkcore.Tensor"), seq:
+        prog(x, np.empty_like(x), groups=4, a=1.0, n=256)
+
+
+def test_writing_a_buffer_the_recording_uses_is_an_error(device, rng):
+    x = _x(rng)
+    xt = vkcore.asarray(x, device=device)
+    with pytest.raises(RuntimeError, match="being recorded"), vkcore.sequence(device=device):
+        vkcore.softmax(xt)
+        xt.write(x * 2)
+
+
+def test_replay_on_new_data(device, rng, submissions):
+    x = _x(rng)
+    xt = vkcore.asarray(x, device=device)
+    with vkcore.sequence(device=device) as seq:
+        y = vkcore.softmax(xt)
+        z = vkcore.log_softmax(y)
+    for scale in (2.0, -1.0, 0.25):
+        xt.write(x * np.float32(scale))
+        seq.run()
+        want = reference.softmax(x * np.float32(scale))
+        np.testing.assert_allclose(y.numpy(), want, atol=ATOL)
+        np.testing.assert_allclose(z.numpy(), reference.log_softmax(want), atol=1e-5)
+
+
+def test_several_in_flight_with_inputs_released_meanwhile(device, rng):
+    seqs, outs, wants, inputs = [], [], [], []
+    for _ in range(4):
+        x = _x(rng, (8, 4096))
+        xt = vkcore.asarray(x, device=device)
+        with vkcore.sequence(wait=False, device=device) as seq:
+            outs.append(vkcore.softmax(vkcore.softmax(xt)))
+        wants.append(reference.softmax(reference.softmax(x)))
+        inputs.append(xt.buffer)
+        xt.buffer.destroy()  # released by the user while the work may still run
+        del xt
+        seqs.append(seq)
+    gc.collect()
+    for seq, y, want, buf in zip(seqs, outs, wants, inputs, strict=True):
+        np.testing.assert_allclose(y.numpy(), want, atol=ATOL)  # waits for it
+        assert seq.done()
+        assert buf.alive  # deferred: the sequence still holds it
+        seq.release()
+        assert not buf.alive  # freed once no sequence holds it
+
+
+def test_wait_and_done_after_a_non_waiting_submission(device, rng):
+    xt = vkcore.asarray(_x(rng, (64, 32000)), device=device)
+    with vkcore.sequence(wait=False, device=device) as seq:
+        y = vkcore.softmax(xt)
+    assert seq.state in ("submitted", "done")
+    seq.wait()
+    assert seq.done()
+    np.testing.assert_allclose(y.numpy(), reference.softmax(xt.numpy()), atol=ATOL)
+
+
+def test_an_immediate_call_after_a_non_waiting_one_sees_its_result(device, rng):
+    x = _x(rng, (16, 8192))
+    xt = vkcore.asarray(x, device=device)
+    with vkcore.sequence(wait=False, device=device):
+        y = vkcore.softmax(xt)
+    z = vkcore.log_softmax(y)  # submitted after the sequence: starts after it
+    np.testing.assert_allclose(z.numpy(), reference.log_softmax(reference.softmax(x)), atol=1e-5)
+
+
+def test_an_exception_inside_the_block_discards_the_recording(device, rng, submissions):
+    xt = vkcore.asarray(_x(rng), device=device)
+    gc.collect()
+    before = device.live_objects()
+    submissions[0] = 0
+    with pytest.raises(KeyError), vkcore.sequence(device=device) as seq:
+        vkcore.softmax(xt)
+        raise KeyError("in the block")
+    assert seq.state == "discarded" and submissions[0] == 0
+    with pytest.raises(RuntimeError, match="nothing to replay"):
+        seq.run()
+    del seq
+    gc.collect()
+    after = device.live_objects()
+    assert after["descriptor_sets"] == before["descriptor_sets"]
+    assert after["buffers"] <= before["buffers"] + 2  # at most the pool's free ones
+    np.testing.assert_allclose(vkcore.softmax(xt).numpy(), reference.softmax(xt.numpy()), atol=ATOL)
+
+
+def test_misuse_is_refused(device, rng):
+    xt = vkcore.asarray(_x(rng), device=device)
+    seq = vkcore.sequence(device=device)
+    with pytest.raises(RuntimeError, match="end its with block"):
+        seq.run()
+    with seq:
+        vkcore.softmax(xt)
+        inner = vkcore.sequence(device=device)
+        with pytest.raises(RuntimeError, match="already recording"), inner:
+            pass
+    with pytest.raises(RuntimeError, match="already used"), seq:
+        pass
+    with pytest.raises(TypeError, match="wait must be a bool"):
+        vkcore.sequence(wait=1, device=device)
+
+
+def test_threads_record_their_own_sequences(device, rng):
+    """Each thread's calls go to its own sequence; another thread's immediate calls are
+    not captured by it."""
+    xs = [_x(np.random.default_rng(i), (4, 2048)) for i in range(4)]
+    results: dict[int, object] = {}
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            xt = vkcore.asarray(xs[i], device=device)
+            if i % 2:
+                with vkcore.sequence(device=device):
+                    y = vkcore.softmax(vkcore.log_softmax(xt))
+                results[i] = y.numpy()
+            else:
+                results[i] = vkcore.softmax(vkcore.log_softmax(xs[i], device=device))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for i, x in enumerate(xs):
+        want = reference.softmax(reference.log_softmax(x))
+        np.testing.assert_allclose(np.asarray(results[i]), want, atol=1e-5)
+
+
+def test_closing_the_device_with_a_sequence_in_flight(rng):
+    with vkcore.Device(validation=True, pipeline_cache=False) as dev:
+        xt = vkcore.asarray(_x(rng, (64, 8192)), device=dev)
+        with vkcore.sequence(wait=False, device=dev):
+            vkcore.softmax(xt)
+    assert not [m for m in dev.validation_messages if "rror" in m]
+
+
+@pytest.mark.parametrize(
+    "data, error, match",
+    [
+        (np.zeros((2, 3), np.float32), ValueError, "shape"),
+        (np.zeros((4, 1000), np.complex64), TypeError, "float32"),
+        (np.full((4, 1000), 0.1, np.float64), ValueError, "exactly"),
+    ],
+)
+def test_tensor_write_refuses_what_does_not_fit(device, data, error, match):
+    t = vkcore.Tensor.empty((4, 1000), np.float32, device)
+    with pytest.raises(error, match=match):
+        t.write(data)
+
+
+def test_tensor_write_takes_exact_conversions(device):
+    t = vkcore.Tensor.empty((3,), np.float32, device)
+    t.write(np.array([1, 2, 3], np.int32))
+    np.testing.assert_array_equal(t.numpy(), [1, 2, 3])
+    t.write([0.5, -1.0, 2.0])
+    np.testing.assert_array_equal(t.numpy(), np.array([0.5, -1.0, 2.0], np.float32))

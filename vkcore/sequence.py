@@ -1,0 +1,253 @@
+"""Work that stays on the device: several kernel and Program calls in one submission.
+
+::
+
+    with vkcore.sequence() as seq:          # records; at exit: one submission, then wait
+        logits = vkcore.matvec(qt, h)         # built-in kernels and Program calls record here
+        probs = vkcore.softmax(logits)
+    probs.numpy()
+
+    with vkcore.sequence(wait=False) as seq:  # submit at exit, do not wait
+        ...
+    seq.done(); seq.wait()
+    t.write(new_values)                        # new data in an input Tensor, then
+    seq.run()                                  # replay the same recorded work
+
+Rules:
+
+* While a sequence records (on this thread, for its device), every submission a call
+  would make is appended to it instead; kernels called on numpy arrays upload them as
+  Tensors when recorded and return Tensors. A result read before its sequence was
+  submitted is a RuntimeError that says so; after a non-waiting submission, reading a
+  result (or writing an input) first waits for it.
+* One command buffer and fence per sequence. Every buffer its steps bind stays alive
+  (and out of the buffer pool) until the sequence is released (:meth:`Sequence.release`,
+  or when it is collected): several sequences may be in flight, and a buffer a user
+  releases meanwhile is freed once no sequence holds it. Each submission starts after
+  every earlier one on the queue (a leading barrier), so a later call never races one
+  in flight.
+* An exception inside the ``with`` block discards the recording; results it would have
+  written are then unreadable (a RuntimeError) until written again.
+* Consecutive steps are separated by a full compute barrier (every step may read what an
+  earlier one wrote); sequences are not timed (no timestamps).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Sequence as Steps
+from typing import Any
+
+from . import commands, vkapi
+from .buffer import Buffer
+from .commands import Dispatch
+from .device import Device, resolve
+
+_RECORDING, _SUBMITTED, _DONE, _DISCARDED, _RELEASED = (
+    "recording",
+    "submitted",
+    "done",
+    "discarded",
+    "released",
+)
+
+
+def sequence(*, wait: bool = True, device: Device | None = None) -> Sequence:
+    """A :class:`Sequence` to use as ``with vkcore.sequence() as seq:``."""
+    return Sequence(resolve(device), wait=wait)
+
+
+class Sequence:
+    """Recorded steps, submitted at the end of a ``with`` block and replayable."""
+
+    def __init__(self, device: Device, *, wait: bool = True) -> None:
+        if not isinstance(wait, bool):
+            raise TypeError(f"wait must be a bool, got {type(wait).__name__}")
+        self.device = device
+        self.wait_at_exit = wait
+        self.steps: list[Dispatch] = []
+        self.state = "new"
+        self._held: dict[int, Buffer] = {}  # id -> every buffer a step binds
+        self._sets: list[Any] = []
+        self._cb: Any = None
+        self._fence: Any = None
+        self._fences: Any = None
+        self._submit: Any = None
+        self._keep: Any = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ recording
+    def __enter__(self) -> Sequence:
+        if self.state != "new":
+            raise RuntimeError(f"this sequence was already used ({self.state}); make a new one")
+        self.device.submitter.start_recording(self)
+        self.state = _RECORDING
+        return self
+
+    def add(self, dispatches: Steps[Dispatch]) -> None:
+        """Take the steps of one call (the submitter hands them over while recording)."""
+        if self.state != _RECORDING:
+            raise RuntimeError(f"this sequence is {self.state}, not recording")
+        commands.check_dispatches(dispatches)
+        for d in dispatches:
+            for buf in d.buffers:
+                if id(buf) not in self._held:
+                    self._held[id(buf)] = buf
+                    buf.hold(self)
+        self.steps.extend(dispatches)
+
+    def __exit__(self, exc_type: Any, *exc: object) -> None:
+        self.device.submitter.stop_recording(self)
+        if exc_type is not None:
+            self._discard()
+            return
+        try:
+            self._record()
+            self._submit_now()
+        except BaseException:
+            self._discard()
+            raise
+        if self.wait_at_exit:
+            self.wait()
+
+    def _discard(self) -> None:
+        self.state = _DISCARDED
+        self._free()
+
+    # ------------------------------------------------------------------ submission
+    def _record(self) -> None:
+        dev = self.device
+        sub = dev.submitter
+        with dev.lock:
+            dev.check()
+            keep = vkapi.Keep()
+            fence = dev.ffi.new("VkFence*")
+            vkapi.check(
+                dev.lib.vkCreateFence(
+                    dev.handle, keep.struct("VkFenceCreateInfo"), dev.ffi.NULL, fence
+                ),
+                "vkCreateFence",
+            )
+            self._fence = fence[0]
+            self._fences = dev.ffi.new("VkFence[1]", [self._fence])
+            sub.adopt(self)
+            self._cb = sub.allocate_command_buffer()
+            if self.steps:
+                sub.descriptor_sets(self.steps, self._sets)
+            commands.record_dispatches(dev, self._cb, self.steps, self._sets, one_time=False)
+            self._keep = vkapi.Keep()
+            cbs = self._keep.new("VkCommandBuffer[1]", [self._cb])
+            self._submit = self._keep.struct(
+                "VkSubmitInfo", commandBufferCount=1, pCommandBuffers=cbs
+            )
+
+    def _submit_now(self) -> None:
+        dev = self.device
+        with dev.lock:
+            dev.check()
+            vkapi.check(dev.lib.vkResetFences(dev.handle, 1, self._fences), "vkResetFences")
+            vkapi.check(
+                dev.lib.vkQueueSubmit(dev.queue, 1, self._submit, self._fence), "vkQueueSubmit"
+            )
+            self.state = _SUBMITTED
+
+    def done(self) -> bool:
+        """True once the submitted work has finished (False while it runs)."""
+        if self.state == _SUBMITTED:
+            dev = self.device
+            with dev.lock:
+                if (
+                    self.state == _SUBMITTED
+                    and dev.lib.vkGetFenceStatus(dev.handle, self._fence) == 0
+                ):
+                    self.state = _DONE
+        return self.state == _DONE
+
+    def wait(self) -> None:
+        """Wait until the submitted work has finished (nothing to wait for otherwise)."""
+        if self.state != _SUBMITTED:
+            if self.state in (_RECORDING, "new"):
+                raise RuntimeError("this sequence has not been submitted yet (end its with block)")
+            return
+        dev = self.device
+        with self._lock:  # one waiter at a time; others find it done
+            if self.state != _SUBMITTED:
+                return
+            vkapi.check(
+                dev.lib.vkWaitForFences(dev.handle, 1, self._fences, 1, 2**63 - 1),
+                "vkWaitForFences",
+            )
+            self.state = _DONE
+
+    def run(self) -> None:
+        """Replay the recorded work (on the buffers' current contents) and wait for it."""
+        if self.state in (_RECORDING, "new"):
+            raise RuntimeError("run() replays a submitted sequence: end its with block first")
+        if self.state in (_DISCARDED, _RELEASED):
+            raise RuntimeError(f"this sequence was {self.state}: there is nothing to replay")
+        self.wait()
+        self._submit_now()
+        self.wait()
+
+    # ------------------------------------------------------------------ buffers
+    def before_host_access(self, reading: bool) -> None:
+        """Called by a held buffer before the host reads or writes it."""
+        if self.state == _RECORDING and reading:
+            raise RuntimeError(
+                "this result is read before its sequence was submitted: read it after the "
+                "`with vkcore.sequence()` block"
+            )
+        if self.state == _RECORDING:
+            raise RuntimeError(
+                "this buffer is used by steps of the sequence being recorded, which would "
+                "read the new data at submission: write it before the with block (or use "
+                "another Tensor)"
+            )
+        if self.state == _DISCARDED and reading:
+            raise RuntimeError(
+                "this result was to be written by a sequence that was discarded (an exception "
+                "inside its with block): it holds no result"
+            )
+        if self.state == _SUBMITTED:
+            self.wait()
+
+    def release(self) -> None:
+        """Free the command buffer, fence and descriptor sets (after waiting for the work)
+        and let go of the buffers; idempotent. Collected sequences release themselves."""
+        if self.state == _SUBMITTED:
+            self.wait()
+        if self.state != _DISCARDED:
+            self.state = _RELEASED
+        self._free()
+
+    def _free(self) -> None:
+        dev = self.device
+        with dev.lock:
+            if dev.handle is not None:
+                if self._sets:
+                    dev.submitter.free_sets(self._sets)
+                    self._sets = []
+                if self._cb is not None:
+                    dev.submitter.free_command_buffer(self._cb)
+                if self._fence is not None:
+                    dev.lib.vkDestroyFence(dev.handle, self._fence, dev.ffi.NULL)
+            self._cb = self._fence = self._submit = None
+            dev.submitter.disown(self)
+            held, self._held = self._held, {}
+        for buf in held.values():
+            buf.unhold(self)
+
+    def __del__(self) -> None:
+        try:
+            if self.state in (_SUBMITTED, _DONE):
+                self.release()
+        except Exception:  # noqa: BLE001 - never raise from a finalizer
+            pass
+
+    def __repr__(self) -> str:
+        return f"vkcore.Sequence({len(self.steps)} steps, {self.state})"
+
+
+def _weak(seq: Sequence) -> weakref.ref[Sequence]:
+    return weakref.ref(seq)
