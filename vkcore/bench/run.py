@@ -16,7 +16,7 @@ import numpy as np
 import vkcore
 
 from ..device import Device
-from . import format_cases, program_cases, topk_cases
+from . import format_cases, program_cases, sequence_cases, topk_cases
 from .baselines import copy_bandwidth, kernel_copy_bandwidth
 from .harness import Comparison, Progress
 from .quant_cases import matvec_comparisons, quantize_comparison
@@ -119,6 +119,7 @@ def run_bench(
     )
     steps.append(("softmax + top-k 64x32000", lambda: topk_cases.softmax_topk_rows(dev, reps, rng)))
     steps.append(("tiny softmax overhead", lambda: tiny_overhead(dev, 50 if quick else 200, rng)))
+    steps.append(("sequences", lambda: sequence_cases.sequence_rows(dev, reps * 3, rng)))
     steps.append(
         (
             "tiny program overhead",

@@ -22,6 +22,7 @@ TARGETS: dict[str, tuple[str, float, str]] = {
         1.5,
         "softmax_topk vs vkcore softmax then topk, 64x32000, k=40, resident",
     ),
+    "sequence_vs_separate": (">=", 4.0, "16 tiny softmax calls: separate vs one sequence"),
     "tiny_overhead": ("<=", 2.0, "tiny softmax end to end vs prerecorded-submit floor"),
     "program_tiny_overhead": ("<=", 1.5, "tiny Program dispatch vs prerecorded-submit floor"),
     "fp32_vs_q4g128_wall": (">=", 4.0, "4-bit group-128 matvec vs fp32 matvec, 4096x4096, wall"),
