@@ -174,7 +174,8 @@ def test_an_exception_inside_the_block_discards_the_recording(device, rng, submi
     del seq
     gc.collect()
     after = device.live_objects()
-    assert after["descriptor_sets"] == before["descriptor_sets"]
+    # none left behind (kept recordings of other calls may have gone with pool buffers)
+    assert after["descriptor_sets"] <= before["descriptor_sets"]
     assert after["buffers"] <= before["buffers"] + 2  # at most the pool's free ones
     np.testing.assert_allclose(vkcore.softmax(xt).numpy(), reference.softmax(xt.numpy()), atol=ATOL)
 

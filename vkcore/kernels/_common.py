@@ -123,6 +123,23 @@ def parallelism(device: Device) -> int:
     return 1024
 
 
+def row_chunks(
+    device: Device, rows: int, units: int, workgroup: int, min_units: int, max_steps: int
+) -> tuple[int, int]:
+    """(units per workgroup, workgroups per row) for rows of ``units`` load units: a row
+    is split when there are too few rows to keep the device busy (each piece at least
+    ``min_units``), and whenever one workgroup would take more than ``max_steps`` steps
+    (llvmpipe ends an invocation's loops after 65,535 iterations). Chunks are whole
+    workgroup strides."""
+    target = 4 * parallelism(device)
+    nchunks = 1
+    if rows < target:
+        nchunks = max(1, min(ceil_div(units, max(1, min_units)), ceil_div(target, rows)))
+    nchunks = max(nchunks, ceil_div(units, max_steps * workgroup))
+    chunk = ceil_div(ceil_div(units, nchunks), workgroup) * workgroup
+    return chunk, ceil_div(units, chunk)
+
+
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 

@@ -205,13 +205,7 @@ def _row_steps(
 ) -> list[Dispatch]:
     """Gumbel-max over whole rows: one workgroup per row, or chunks merged per row."""
     wg = _workgroup(dev)
-    target = 4 * c.parallelism(dev)
-    nchunks = 1
-    if rows < target:
-        nchunks = max(1, min(c.ceil_div(n, MIN_CHUNK_ELEMENTS), c.ceil_div(target, rows)))
-    nchunks = max(nchunks, c.ceil_div(n, MAX_STEPS_PER_PASS * wg))
-    chunk = c.ceil_div(c.ceil_div(n, nchunks), wg) * wg
-    nchunks = c.ceil_div(n, chunk)
+    chunk, nchunks = c.row_chunks(dev, rows, n, wg, MIN_CHUNK_ELEMENTS, MAX_STEPS_PER_PASS)
     parts = c.dummy_buffer(dev)
     if nchunks > 1:
         parts = pool.acquire(rows * nchunks * 16)

@@ -89,14 +89,8 @@ def plan(device: Device, rows: int, n: int, workgroup: int | None = None) -> Pla
     wg = workgroup_size(device) if workgroup is None else workgroup
     vec4 = n % 4 == 0
     units = n // 4 if vec4 else n
-    target = 4 * c.parallelism(device)
-    nchunks = 1
-    if rows < target:
-        min_units = max(1, MIN_CHUNK_ELEMENTS // (4 if vec4 else 1))
-        nchunks = max(1, min(c.ceil_div(units, min_units), c.ceil_div(target, rows)))
-    nchunks = max(nchunks, c.ceil_div(units, MAX_STEPS_PER_PASS * wg))
-    chunk = c.ceil_div(c.ceil_div(units, nchunks), wg) * wg
-    nchunks = c.ceil_div(units, chunk)
+    min_units = MIN_CHUNK_ELEMENTS // (4 if vec4 else 1)
+    chunk, nchunks = c.row_chunks(device, rows, units, wg, min_units, MAX_STEPS_PER_PASS)
     return Plan(rows, n, vec4, units, chunk, nchunks, wg)
 
 

@@ -97,14 +97,8 @@ def select_plan(device: Device, rows: int, n: int, k: int) -> SelectPlan | None:
         return None
     wg = _workgroup(device, GPU_SELECT_WORKGROUP)
     most = max_elements_per_invocation(k, wg)
-    target = 4 * c.parallelism(device)
     min_chunk = max(MIN_CHUNK_ELEMENTS, 16 * k)
-    nchunks = 1
-    if rows < target:
-        nchunks = max(1, min(c.ceil_div(n, min_chunk), c.ceil_div(target, rows)))
-    nchunks = max(nchunks, c.ceil_div(n, most * wg))
-    chunk = c.ceil_div(c.ceil_div(n, nchunks), wg) * wg
-    nchunks = c.ceil_div(n, chunk)
+    chunk, nchunks = c.row_chunks(device, rows, n, wg, min_chunk, most)
     if nchunks > 1 and c.ceil_div(nchunks * k, wg) > most:
         return None
     return SelectPlan(rows, n, k, max(8, _pow2_at_least(k)), chunk, nchunks, wg)
