@@ -1,4 +1,4 @@
-"""LM-head sampling: INT8 weights on the device, INT8 matvec, online softmax, sampling.
+"""LM-head sampling: INT8 weights on the device; each token is one sequence.
 
 The seed's motivating case. A language model's last layer (the "LM head") turns a hidden
 state of 4096 floats into one logit per vocabulary entry (32,000 here) with a
@@ -7,17 +7,21 @@ sampler picks the token. This example
 
 1. quantizes the weight to INT8, per output row (channel), symmetric, and keeps it on
    the device (131 MB instead of 524 MB of float32);
-2. for each token: uploads a hidden state, runs the weight-only INT8 matvec (logits stay
-   on the device), the online softmax over the 32,000 logits, then greedy decoding and
-   temperature + top-k sampling (the top-k renormalization is a softmax over logits with
-   every other entry masked to -inf);
-3. compares with the float32 computation in numpy: the probability error, whether the
+2. for each token records one ``vkcore.sequence``: the hidden state uploaded, the INT8
+   matvec, ``vkcore.sample`` (temperature and top-k, drawn on the device), a greedy
+   ``sample`` (temperature 0) and ``softmax_topk`` for the reported probabilities; one
+   submission, then the token ids are read back;
+3. a batched variant: B hidden states, B matvecs and one ``sample`` over the B rows of
+   logits (a small Program puts the logits of each state in a row), in one sequence;
+4. compares with the float32 computation in numpy: the probability error, whether the
    greedy token agrees, how much of the top-k set agrees, and the time per token.
 
     python examples/lm_head_sampling.py            # 32,000 x 4096, 8 tokens
     python examples/lm_head_sampling.py --small    # 2,000 x 512, 3 tokens (the tests)
 
-Exits 1 if a check fails (softmax accuracy, the RTN error bound on the logits, masking).
+Exits 1 if a check fails: the draws against vkcore.reference.sample (exact), the
+probabilities against vkcore.reference.softmax_topk (1e-6), the RTN error bound on the
+logits, the batched tokens against the one-by-one ones.
 """
 
 from __future__ import annotations
@@ -41,9 +45,9 @@ class TokenResult:
     sampled: int  # the temperature + top-k draw
     greedy_agrees: bool
     topk_overlap: float  # |top-k(int8) & top-k(fp32)| / k
-    prob_max_err: float  # max_i |p_i - p_ref_i| at temperature 1
-    prob_tv: float  # total variation distance, 0.5 * sum_i |p_i - p_ref_i|
-    softmax_err: float  # the kernel alone: softmax of the same logits vs float64 numpy
+    prob_max_err: float  # max |p_i - p_ref_i| over the top-k set, temperature 1
+    prob_tv: float  # 0.5 * sum of |p_i - p_ref_i| over the top-k set
+    softmax_err: float  # softmax_topk vs vkcore.reference.softmax_topk, same logits
     seconds: float  # wall time of the whole step on the device path
     matvec_device_s: float | None
     softmax_device_s: float | None
@@ -63,49 +67,34 @@ def top_k(values: np.ndarray, k: int) -> np.ndarray:
     return idx[np.argsort(values[idx])[::-1]]
 
 
-def sample_top_k(
-    dev, logits: np.ndarray, k: int, temperature: float, rng
-) -> tuple[int, np.ndarray]:
-    """Temperature + top-k sampling: keep the k largest logits, mask the rest with -inf,
-    softmax on the device (masked entries come out exactly 0), draw one token."""
-    scaled = (logits / np.float32(temperature)).astype(np.float32)
-    keep = top_k(scaled, k)
-    masked = np.full_like(scaled, -np.inf)
-    masked[keep] = scaled[keep]
-    probs = vkcore.softmax(masked, device=dev)
-    cdf = np.cumsum(probs[keep], dtype=np.float64)
-    token = int(keep[min(np.searchsorted(cdf, rng.random() * cdf[-1]), k - 1)])
-    return token, probs
-
-
-def one_token(dev, qt, w, h, k, temperature, rng) -> TokenResult:
-    # --- the device path, timed as a whole: upload, matvec, softmax, decode, sample
+def one_token(dev, qt, w, h, k, temperature, seed) -> TokenResult:
+    # --- the device path, one sequence: upload h, matvec, the draws, the probabilities
     t0 = time.perf_counter()
-    x = vkcore.asarray(h, device=dev)
-    logits_t = vkcore.matvec(qt, x)  # Tensor in, Tensor out: logits stay on the device
-    matvec_s = dev.submitter.last_device_seconds
-    probs_t = vkcore.softmax(logits_t)
-    softmax_s = dev.submitter.last_device_seconds
-    logits, probs = logits_t.numpy(), probs_t.numpy()
-    greedy = int(np.argmax(logits))
-    sampled, topk_probs = sample_top_k(dev, logits, k, temperature, rng)
+    with vkcore.sequence(device=dev):
+        logits_t = vkcore.matvec(qt, h)  # h is uploaded when recorded
+        sampled_t = vkcore.sample(logits_t, temperature=temperature, top_k=k, seed=seed)
+        greedy_t = vkcore.sample(logits_t, temperature=0.0)
+        probs_t, where_t = vkcore.softmax_topk(logits_t, k)
+    sampled, greedy = int(sampled_t.numpy()), int(greedy_t.numpy())  # the one readback
     seconds = time.perf_counter() - t0
-    for t in (x, logits_t, probs_t):
-        if t.buffer is not None:
-            t.buffer.destroy()
+    probs, where = probs_t.numpy(), where_t.numpy()
 
-    # --- against the float32 model in numpy
-    ref_logits, ref_probs = fp32_reference(w, h)
-    overlap = len(set(top_k(logits, k)) & set(top_k(ref_logits, k))) / k
-    diff = np.abs(probs.astype(np.float64) - ref_probs)
-
-    # --- checks that must hold whatever the quantization error
-    softmax_err = float(np.abs(probs - vkcore.reference.softmax(logits)).max())
+    # --- checks: the kernels against their references on the same logits
+    logits = logits_t.numpy()
+    want = vkcore.reference.sample(logits, temperature=temperature, top_k=k, seed=seed)
+    want_p, want_i = vkcore.reference.softmax_topk(logits, k)
+    draws_ok = sampled == int(want) and greedy == int(np.argmax(logits))
+    softmax_err = float(np.abs(probs - want_p).max())
+    same_set = bool(np.array_equal(where, want_i))
     # RTN bound per output: |y_i - y_ref_i| <= s_i / 2 * ||x||_1 (plus float32 rounding).
+    ref_logits, ref_probs = fp32_reference(w, h)
     bound = qt.scale.astype(np.float64) / 2 * np.abs(h).sum() * (1 + 1e-3) + 1e-3
     within_bound = bool(np.all(np.abs(logits - ref_logits) <= bound))
-    masked_ok = np.count_nonzero(topk_probs) <= k and topk_probs[sampled] > 0
-    ok = softmax_err <= 1e-6 and within_bound and bool(masked_ok)
+
+    # --- against the float32 model in numpy
+    overlap = len(set(where.tolist()) & set(top_k(ref_logits, k).tolist())) / k
+    diff = np.abs(probs.astype(np.float64) - ref_probs[where])
+    ok = draws_ok and softmax_err <= 1e-6 and same_set and within_bound
     return TokenResult(
         greedy=greedy,
         sampled=sampled,
@@ -115,10 +104,42 @@ def one_token(dev, qt, w, h, k, temperature, rng) -> TokenResult:
         prob_tv=float(diff.sum() / 2),
         softmax_err=softmax_err,
         seconds=seconds,
-        matvec_device_s=matvec_s,
-        softmax_device_s=softmax_s,
+        matvec_device_s=None,
+        softmax_device_s=None,
         ok=ok,
     )
+
+
+# Row j of the (B, m) result is column j of the batched matvec's (m, B) output.
+TRANSPOSE = """#version 450
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) readonly buffer X { float x[]; };
+layout(std430, binding = 1) writeonly buffer Y { float y[]; };
+layout(push_constant) uniform P { uint m; uint b; } pc;
+void main() {
+    uint i = gl_GlobalInvocationID.x;
+    if (i >= pc.m * pc.b) return;
+    uint row = i / pc.m, col = i % pc.m;  // y[row][col] = x[col][row]
+    y[i] = x[col * pc.b + row];
+}
+"""
+
+
+def batched(dev, qt, hs, temperature, k, seed, singles) -> tuple[list[int], float, bool]:
+    """B hidden states: one batched matvec, the logits put in rows, one sample call."""
+    m, b = qt.shape[0], len(hs)
+    transpose = vkcore.Program(TRANSPOSE, device=dev)
+    rows = vkcore.Tensor.empty((b, m), np.float32, dev)
+    stacked = np.ascontiguousarray(np.stack(hs, axis=1))  # (n, B)
+    t0 = time.perf_counter()
+    with vkcore.sequence(device=dev):
+        logits = vkcore.matvec(qt, stacked)  # (m, B)
+        transpose(logits, rows, groups=-(-m * b // 64), m=m, b=b)
+        tokens_t = vkcore.sample(rows, temperature=temperature, top_k=k, seed=seed)
+    tokens = tokens_t.numpy().tolist()
+    seconds = time.perf_counter() - t0
+    want = vkcore.reference.sample(rows.numpy(), temperature=temperature, top_k=k, seed=seed)
+    return tokens, seconds, tokens == want.tolist() and len(tokens) == len(singles)
 
 
 def numpy_seconds_per_token(w: np.ndarray, hs: list[np.ndarray]) -> float:
@@ -157,11 +178,22 @@ def main() -> int:
             f"quantized to INT8 per channel on the device in {time.perf_counter() - t0:.2f} s "
             f"({mib:.0f} MiB of int8 instead of {4 * mib:.0f} MiB of float32)"
         )
-        one_token(dev, qt, w, hs[0], args.top_k, args.temperature, rng)  # warm-up: pipelines, JIT
-        results = [one_token(dev, qt, w, h, args.top_k, args.temperature, rng) for h in hs[1:]]
+        one_token(dev, qt, w, hs[0], args.top_k, args.temperature, 0)  # warm-up: pipelines
+        results = [
+            one_token(dev, qt, w, h, args.top_k, args.temperature, seed)
+            for seed, h in enumerate(hs[1:], start=1)
+        ]
+        batched(dev, qt, hs[1:], args.temperature, args.top_k, 0, results)  # warm-up
+        tokens, batch_s, batch_ok = batched(
+            dev, qt, hs[1:], args.temperature, args.top_k, 7, results
+        )
         dev.check()
     report(results, args.top_k, numpy_seconds_per_token(w, hs[1:]))
-    ok = all(r.ok for r in results)
+    print(
+        f"  batched               {len(tokens)} rows in one sequence: {batch_s * 1e3:.2f} ms, "
+        f"tokens {tokens} ({'match' if batch_ok else 'DIFFER FROM'} vkcore.reference.sample)"
+    )
+    ok = all(r.ok for r in results) and batch_ok
     print("\nall checks passed" if ok else "\nSOME CHECKS FAILED")
     return 0 if ok else 1
 
@@ -175,7 +207,7 @@ def report(results: list[TokenResult], k: int, numpy_s: float) -> None:
         f"total variation = {max(r.prob_tv for r in results):.2e} (worst token)"
     )
     print(
-        f"  softmax kernel alone  max |error| = {max(r.softmax_err for r in results):.1e} "
+        f"  softmax_topk alone    max |error| = {max(r.softmax_err for r in results):.1e} "
         "(same logits, float64 reference)"
     )
     print(f"  greedy token agrees   {sum(r.greedy_agrees for r in results)}/{len(results)} tokens")
@@ -184,13 +216,7 @@ def report(results: list[TokenResult], k: int, numpy_s: float) -> None:
         f"(worst token {min(r.topk_overlap for r in results):.1%})"
     )
     per_token = np.mean([r.seconds for r in results])
-    device = [(r.matvec_device_s, r.softmax_device_s) for r in results]
-    line = f"  time per token        {per_token * 1e3:.2f} ms end to end"
-    if all(m is not None and s is not None for m, s in device):
-        mv = np.mean([m for m, _ in device]) * 1e3
-        sm = np.mean([s for _, s in device]) * 1e3
-        line += f" (device: matvec {mv:.2f} ms, softmax {sm:.2f} ms)"
-    print(line)
+    print(f"  time per token        {per_token * 1e3:.2f} ms end to end (one sequence each)")
     print(f"  numpy float32         {numpy_s * 1e3:.2f} ms per token (W @ h, softmax, argmax)")
 
 

@@ -254,3 +254,17 @@ def test_tensor_write_takes_exact_conversions(device):
     np.testing.assert_array_equal(t.numpy(), [1, 2, 3])
     t.write([0.5, -1.0, 2.0])
     np.testing.assert_array_equal(t.numpy(), np.array([0.5, -1.0, 2.0], np.float32))
+
+
+def test_sample_inside_a_sequence_reads_its_tokens_after(device, rng):
+    logits = (rng.standard_normal((3, 500)) * 3).astype(np.float32)
+    logits[2, 7] = np.nan
+    lt = vkcore.asarray(logits, device=device)
+    with vkcore.sequence(device=device):
+        drawn = vkcore.sample(lt, top_k=20, seed=11)
+        clean = vkcore.sample(logits[:2], top_k=20, seed=11, device=device)
+        greedy = vkcore.sample(logits[:2], temperature=0.0, device=device)
+    np.testing.assert_array_equal(clean.numpy(), reference.sample(logits[:2], top_k=20, seed=11))
+    np.testing.assert_array_equal(greedy.numpy(), np.argmax(logits[:2], axis=-1))
+    with pytest.raises(ValueError, match=r"logits row 2 has a NaN"):
+        drawn.numpy()  # the row without a distribution is reported when read

@@ -77,10 +77,11 @@ def matvec(
     ``activations``: "float", "int8" or "uint8". An ``x`` of shape ``(n, b)`` is a batch:
     :func:`vkcore.kernels.matvec_batch.matvec`.
     """
+    if isinstance(qt, QuantizedTensor):  # inside a sequence: numpy uploaded as Tensors
+        x, bias = c.as_recorded(x, qt.device), c.as_recorded(bias, qt.device)
     if batch.is_batch(x):  # all b columns in one call
         return batch.matvec(qt, x, bias=bias, activations=activations, device=device)
     check_call(qt, activations, device)
-    x, bias = c.as_recorded(x, qt.device), c.as_recorded(bias, qt.device)
     return run(qt, x, bias, MODES[activations])
 
 

@@ -79,6 +79,11 @@ def sample(
     use_top_p = p is not None and p < 1.0 and not greedy
     count = k if k is not None and k < n else (n if use_top_p else None)
     push = _Push(draw_seed, inv_t, greedy, use_top_p, p or 1.0)
+    dev = data.device if isinstance(data, Tensor) else resolve(device)
+    if isinstance(data, Tensor) and device is not None and device is not dev:
+        raise ValueError("device must be the Tensor's own device (or None)")
+    if c.recording(dev):  # inside vkcore.sequence: the draws stay on the device
+        return _recorded(c.as_recorded(data, dev), rows, n, count, push, out_shape)
     if isinstance(data, Tensor):
         if device is not None and device is not data.device:
             raise ValueError("device must be the Tensor's own device (or None)")
@@ -167,22 +172,63 @@ def _workgroup(device: Device) -> int:
     return max(1, min(GPU_WORKGROUP, limit))
 
 
+class Tokens:
+    """Tokens drawn inside a :func:`vkcore.sequence`: ``numpy()`` after the sequence ran
+    reads them (int64 of ``shape``), and a row without a distribution is a ValueError
+    then, as it is at once outside a sequence."""
+
+    def __init__(self, draws: Tensor, shape: tuple[int, ...]) -> None:
+        self.draws = draws  # (rows, 2) uint32: each row's token and code
+        self.shape = shape
+
+    def numpy(self) -> Any:
+        return _checked(self.draws.numpy(), self.shape)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        arr = np.asarray(self.numpy())
+        return arr if dtype is None else arr.astype(dtype, copy=False)
+
+    def __repr__(self) -> str:
+        return f"vkcore.kernels.sample.Tokens(shape={self.shape})"
+
+
+def _recorded(
+    data: Tensor, rows: int, n: int, count: int | None, push: _Push, shape: tuple[int, ...]
+) -> Tokens:
+    c.check_binding_size(data.device, data.nbytes, "logits")
+    assert data.buffer is not None
+    draws = Tensor.empty((rows, 2), np.uint32, data.device)
+    assert draws.buffer is not None
+    _run_draw(data.device, data.buffer, rows, n, count, push, draws.buffer)
+    return Tokens(draws, shape)
+
+
 def _draw(dev: Device, x: Buffer, rows: int, n: int, count: int | None, push: _Push) -> np.ndarray:
     """(rows, 2) uint32: each row's token and code; over the first ``count`` candidates
     in rank order, or over the whole rows when ``count`` is None."""
     pool = buffer_pool(dev)
+    tokens = pool.acquire(rows * 8)
+    try:
+        _run_draw(dev, x, rows, n, count, push, tokens)
+        out = np.empty((rows, 2), dtype=np.uint32)
+        tokens.read(out)
+        return out
+    finally:
+        pool.release(tokens)
+
+
+def _run_draw(
+    dev: Device, x: Buffer, rows: int, n: int, count: int | None, push: _Push, tokens: Buffer
+) -> None:
+    """Submit (or, inside a sequence, record) the draws into ``tokens``."""
+    pool = buffer_pool(dev)
     borrowed: list[Buffer] = []
     try:
-        tokens = pool.acquire(rows * 8)
-        borrowed.append(tokens)
         if count is None:
             steps = _row_steps(dev, x, rows, n, tokens, push, pool, borrowed)
         else:
             steps = _candidate_steps(dev, x, rows, n, count, tokens, push, pool, borrowed)
         dev.submitter.run(steps, read_seconds=False)
-        out = np.empty((rows, 2), dtype=np.uint32)
-        tokens.read(out)
-        return out
     finally:
         for buf in borrowed:
             pool.release(buf)
