@@ -373,7 +373,7 @@ class Buffer(Held):
         with dev.lock, self._lock:
             if self.handle is None:
                 return
-            if self._holders:  # a sequence still binds it: freed when the last lets go
+            if any(r() is not None for r in self._holders):  # freed when the last lets go
                 self._destroy_when_free = True
                 return
             pool = self._return_to

@@ -8,6 +8,7 @@ pool's ``release()`` is deferred until the last one lets go.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Protocol
 
 
@@ -20,7 +21,8 @@ class Holder(Protocol):
 class Held:
     """The holding half of a Buffer (its ``destroy`` defers while held)."""
 
-    _holders: tuple[Holder, ...] = ()
+    # weakly: a dropped sequence must be collectable (it releases itself then)
+    _holders: tuple[weakref.ref[Any], ...] = ()
     _destroy_when_free = False
     _release_when_free: Any = None
 
@@ -29,10 +31,10 @@ class Held:
 
     def hold(self, holder: Holder) -> None:
         """``holder`` (a sequence) binds this buffer until it calls :meth:`unhold`."""
-        self._holders = (*self._holders, holder)
+        self._holders = (*self._holders, weakref.ref(holder))
 
     def unhold(self, holder: Holder) -> None:
-        self._holders = tuple(h for h in self._holders if h is not holder)
+        self._holders = tuple(r for r in self._holders if r() is not holder and r() is not None)
         if self._holders:
             return
         if self._destroy_when_free:
@@ -44,11 +46,13 @@ class Held:
 
     def defer_release(self, pool: Any) -> bool:
         """True when a sequence holds the buffer: it goes back to ``pool`` once free."""
-        if not self._holders:
+        if not any(r() is not None for r in self._holders):
             return False
         self._release_when_free = pool
         return True
 
     def _before_host(self, reading: bool) -> None:
-        for holder in self._holders:
-            holder.before_host_access(reading)
+        for ref in self._holders:
+            holder = ref()
+            if holder is not None:
+                holder.before_host_access(reading)

@@ -189,10 +189,11 @@ class Program:
                 f"{self.name} takes {len(self.bindings)} buffers (bindings "
                 f"{[b.binding for b in self.bindings]}), got {len(buffers)}"
             )
-        staged = self._held_for(buffers)
-        if staged is not None:
-            self._run_held(buffers, staged, push_bytes, grid)
-            return
+        with self.device.lock:  # the held buffers are this call's until it returns
+            staged = self._held_for(buffers)
+            if staged is not None:
+                self._run_held(buffers, staged, push_bytes, grid)
+                return
         args = [
             program_args.Argument.of(self.rules, b, x, i)
             for i, (b, x) in enumerate(zip(self.bindings, buffers, strict=True))
@@ -223,8 +224,9 @@ class Program:
                     f"buffer {i} (binding {b.binding}) is written by the shader: inside a "
                     "sequence pass a vkcore.Tensor and read it after the with block"
                 )
-            else:
-                out.append(asarray(np.ascontiguousarray(x), device=self.device))
+            else:  # the array's own bytes, as a call binds them
+                raw = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
+                out.append(asarray(raw, device=self.device))
         return out + list(buffers[len(out) :])
 
     def _held_for(self, arrays: tuple[Any, ...]) -> tuple[Buffer, ...] | None:

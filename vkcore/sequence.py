@@ -26,8 +26,8 @@ Rules:
   releases meanwhile is freed once no sequence holds it. Each submission starts after
   every earlier one on the queue (a leading barrier), so a later call never races one
   in flight.
-* An exception inside the ``with`` block discards the recording; results it would have
-  written are then unreadable (a RuntimeError) until written again.
+* An exception inside the ``with`` block discards the recording: nothing is submitted,
+  and the Tensors its calls returned hold undefined data (they were never computed).
 * Consecutive steps are separated by a full compute barrier (every step may read what an
   earlier one wrote); sequences are not timed (no timestamps).
 """
@@ -75,7 +75,7 @@ class Sequence:
         self._fences: Any = None
         self._submit: Any = None
         self._keep: Any = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # wait and run: one thread at a time
 
     # ------------------------------------------------------------------ recording
     def __enter__(self) -> Sequence:
@@ -186,9 +186,10 @@ class Sequence:
             raise RuntimeError("run() replays a submitted sequence: end its with block first")
         if self.state in (_DISCARDED, _RELEASED):
             raise RuntimeError(f"this sequence was {self.state}: there is nothing to replay")
-        self.wait()
-        self._submit_now()
-        self.wait()
+        with self._lock:  # a command buffer is resubmitted only once it has finished
+            self.wait()
+            self._submit_now()
+            self.wait()
 
     # ------------------------------------------------------------------ buffers
     def before_host_access(self, reading: bool) -> None:
@@ -203,11 +204,6 @@ class Sequence:
                 "this buffer is used by steps of the sequence being recorded, which would "
                 "read the new data at submission: write it before the with block (or use "
                 "another Tensor)"
-            )
-        if self.state == _DISCARDED and reading:
-            raise RuntimeError(
-                "this result was to be written by a sequence that was discarded (an exception "
-                "inside its with block): it holds no result"
             )
         if self.state == _SUBMITTED:
             self.wait()

@@ -50,7 +50,8 @@ def run(
             for buf in made.values():
                 buf.destroy()
             raise
-        if "rowsum" in made and isinstance(mat, QuantizedTensor):
+        # Kept once computed; a recorded sequence has not run yet (or may be discarded).
+        if "rowsum" in made and isinstance(mat, QuantizedTensor) and not c.recording(dev):
             mat.rowsum = made["rowsum"]
         if y_tensor is not None:
             return y_tensor

@@ -129,6 +129,11 @@ def tensor_split(
     device into buffers of at most one binding and the results copied back (into ``out``,
     which may be ``x``: each piece is loaded for the last time before its result is stored)."""
     dev = x.device
+    if c.recording(dev):  # its pieces are copied as it goes: they cannot wait for a submission
+        raise ValueError(
+            "x: a Tensor larger than one storage binding cannot be recorded in a sequence; "
+            "call softmax on it outside the with block"
+        )
     y = out if out is not None else Tensor.empty(x.shape, np.float32, dev)
     assert x.buffer is not None and y.buffer is not None
     src, dst = x.buffer, y.buffer
