@@ -34,3 +34,23 @@ def rng():
     import numpy as np
 
     return np.random.default_rng(1234)
+
+
+@pytest.fixture
+def scale(device):
+    """y = a * x over n floats (tests/adversarial_programs.py)."""
+    from adversarial_programs import SCALE
+
+    import vkcore
+
+    return vkcore.Program(SCALE, device=device)
+
+
+@pytest.fixture
+def copy_words(device):
+    """y[i] = x[i] word for word (tests/adversarial_programs.py)."""
+    from adversarial_programs import COPY_WORDS
+
+    import vkcore
+
+    return vkcore.Program(COPY_WORDS, device=device)

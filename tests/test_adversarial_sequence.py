@@ -8,50 +8,18 @@ bit. The session device fails a test on any validation message.
 
 from __future__ import annotations
 
+import functools
 import gc
-import sys
 import threading
 
 import numpy as np
 import pytest
+from adversarial_programs import COPY_WORDS, SCALE, groups_for, run_threads  # noqa: F401
 
 import vkcore
 from vkcore import reference
 
 ATOL = 1e-6
-
-# y = a * x over n floats (binding 0 read, binding 1 written)
-SCALE = """#version 450
-layout(local_size_x = 64) in;
-layout(std430, binding = 0) readonly buffer X { float x[]; };
-layout(std430, binding = 1) buffer Y { float y[]; };
-layout(push_constant) uniform P { float a; uint n; } pc;
-void main() { uint i = gl_GlobalInvocationID.x; if (i < pc.n) y[i] = pc.a * x[i]; }
-"""
-
-# y[i] = x[i] word for word (the bytes of any array, as uint words)
-COPY_WORDS = """#version 450
-layout(local_size_x = 64) in;
-layout(std430, binding = 0) readonly buffer X { uint x[]; };
-layout(std430, binding = 1) writeonly buffer Y { uint y[]; };
-layout(push_constant) uniform P { uint n; } pc;
-void main() { uint i = gl_GlobalInvocationID.x; if (i < pc.n) y[i] = x[i]; }
-"""
-
-
-def groups_for(n: int) -> int:
-    return -(-n // 64)
-
-
-@pytest.fixture
-def scale(device):
-    return vkcore.Program(SCALE, device=device)
-
-
-@pytest.fixture
-def copy_words(device):
-    return vkcore.Program(COPY_WORDS, device=device)
-
 
 # ---------------------------------------------------------------- Program, numpy fast path
 
@@ -179,16 +147,7 @@ def test_one_program_called_from_several_threads(device, scale):
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)
-    try:
-        threads = [threading.Thread(target=work, args=(t,)) for t in range(len(sizes))]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-    finally:
-        sys.setswitchinterval(old)
+    run_threads([functools.partial(work, t) for t in range(len(sizes))])
     assert not errors, errors
     assert not wrong, wrong
 

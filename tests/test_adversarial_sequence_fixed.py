@@ -20,22 +20,12 @@ import threading
 
 import numpy as np
 import pytest
-from test_adversarial_sequence import COPY_WORDS, SCALE, groups_for  # noqa: F401
+from adversarial_programs import COPY_WORDS, SCALE, groups_for, run_threads  # noqa: F401
 
 import vkcore
 from vkcore import reference
 
 ATOL = 1e-6
-
-
-@pytest.fixture
-def scale(device):
-    return vkcore.Program(SCALE, device=device)
-
-
-@pytest.fixture
-def copy_words(device):
-    return vkcore.Program(COPY_WORDS, device=device)
 
 
 # Was a defect: a sequence is never collected while any buffer it binds lives: Buffer._holders
@@ -151,21 +141,13 @@ def test_run_from_two_threads_at_once(device, scale, rng):
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)
-    try:
-        threads = [threading.Thread(target=work) for _ in range(3)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-    finally:
-        sys.setswitchinterval(old)
+    run_threads([work] * 3)
     assert not errors, errors
     np.testing.assert_allclose(y.numpy(), reference.softmax(x), atol=ATOL)
 
 
-# DEFECT (intermittent, about 2 runs in 3): see the next test; RuntimeError 'this vkcore
+# Was a defect (intermittent, about 2 runs in 3; held staging is now chosen under the
+# device lock): RuntimeError 'this vkcore
 # buffer was released' from Program._run_held.
 def test_program_calls_in_threads_while_another_thread_records_sequences(device, scale):
     """Held staging buffers given back to the pool by one thread's call of another size
