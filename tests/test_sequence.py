@@ -268,3 +268,16 @@ def test_sample_inside_a_sequence_reads_its_tokens_after(device, rng):
     np.testing.assert_array_equal(greedy.numpy(), np.argmax(logits[:2], axis=-1))
     with pytest.raises(ValueError, match=r"logits row 2 has a NaN"):
         drawn.numpy()  # the row without a distribution is reported when read
+
+
+def test_a_sequence_released_inside_its_block_submits_nothing(device, rng, submissions):
+    xt = vkcore.asarray(_x(rng), device=device)
+    with vkcore.sequence(device=device) as seq:
+        vkcore.softmax(xt)
+        seq.release()
+        with pytest.raises(RuntimeError, match="not recording"):
+            vkcore.softmax(xt)
+    assert seq.state == "released"
+    with pytest.raises(RuntimeError, match="nothing to replay"):
+        seq.run()
+    np.testing.assert_allclose(vkcore.softmax(xt).numpy(), reference.softmax(xt.numpy()), atol=ATOL)

@@ -99,6 +99,8 @@ class Sequence:
 
     def __exit__(self, exc_type: Any, *exc: object) -> None:
         self.device.submitter.stop_recording(self)
+        if self.state != _RECORDING:  # released inside the block: nothing to submit
+            return
         if exc_type is not None:
             self._discard()
             return
