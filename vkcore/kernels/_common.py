@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import config
 from ..buffer import Buffer
-from ..device import Device
+from ..device import Device, resolve
 from ..host_buffer import HOST_SHARING_MIN_BYTES as POOLED_RESULT_BYTES
 from ..per_device import per_device_map
 from ..pools import host_pool
@@ -90,6 +90,17 @@ def as_recorded(data: Any, device: Device) -> Any:
     if data is None or isinstance(data, Tensor) or not recording(device):
         return data
     return asarray(np.asarray(data), device=device)
+
+
+def row_input(x: Any, name: str, device: Device | None) -> np.ndarray | Tensor:
+    """:func:`numeric_input` of at least one dimension, as a Tensor inside a recording
+    sequence (:func:`as_recorded`): what the row kernels (softmax, topk) take."""
+    data = numeric_input(x, name)
+    if not isinstance(data, Tensor):
+        data = as_recorded(data, resolve(device))
+    if len(data.shape) == 0:
+        raise ValueError(f"{name} must have at least one dimension, got a 0-d array")
+    return data
 
 
 def as_float32(arr: np.ndarray) -> np.ndarray:

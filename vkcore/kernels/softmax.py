@@ -84,12 +84,8 @@ def _normalized(
 ) -> Any:
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
-    data = c.numeric_input(x, "x")
-    if not isinstance(data, Tensor):
-        data = c.as_recorded(data, resolve(device))  # inside a sequence: a Tensor
+    data = c.row_input(x, "x", device)  # inside a sequence: a Tensor
     ndim = len(data.shape)
-    if ndim == 0:
-        raise ValueError("x must have at least one dimension, got a 0-d array")
     row_axes = axes.normalize_axes(axis, ndim)
     if isinstance(data, Tensor):
         if device is not None and device is not data.device:

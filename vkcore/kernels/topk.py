@@ -73,12 +73,8 @@ def check_axis(axis: Any, ndim: int) -> int:
 
 # ------------------------------------------------------------------ calls
 def _topk(x: Any, k: Any, axis: Any, device: Device | None, *, fused: bool) -> tuple[Any, Any]:
-    data = c.numeric_input(x, "x")
-    if not isinstance(data, Tensor):
-        data = c.as_recorded(data, resolve(device))  # inside a sequence: a Tensor
+    data = c.row_input(x, "x", device)  # inside a sequence: a Tensor
     ndim = len(data.shape)
-    if ndim == 0:
-        raise ValueError("x must have at least one dimension, got a 0-d array")
     ax = check_axis(axis, ndim)
     n = data.shape[ax]
     kk = check_count(k, "k", n)
