@@ -150,53 +150,65 @@ void workgroup_stats(bool single, inout float m, inout float l, inout uint bad) 
     barrier();
 }
 
-// Any invocation's root key bounds the k-th best from below (that invocation holds k
-// elements at least as good), so a smaller key cannot enter any list: floor_key is the
-// largest root key over the subgroup's active invocations (or the invocation's own).
-uint floor_of_roots() {
-#if SUBGROUP
-    return subgroupMax(list_key[0]);
-#else
-    return list_key[0];
-#endif
+// The 16 largest keys seen, duplicates counted, sorted descending in four uvec4s: slot j
+// becomes max(s[j], min(s[j - 1], key)), a branch-free insertion with static indices
+// only (llvmpipe runs a private array's dynamic indexing lane by lane, from memory).
+#define BEST_SLOTS 16u
+struct Best { uvec4 a, b, c, d; };
+
+void best_insert(inout Best s, uint key) {
+    uvec4 k4 = uvec4(key);
+    uvec4 below_a = uvec4(key, s.a.xyz), below_b = uvec4(s.a.w, s.b.xyz);
+    uvec4 below_c = uvec4(s.b.w, s.c.xyz), below_d = uvec4(s.c.w, s.d.xyz);
+    s.a = max(s.a, min(below_a, k4)); s.b = max(s.b, min(below_b, k4));
+    s.c = max(s.c, min(below_c, k4)); s.d = max(s.d, min(below_d, k4));
 }
 
-// Scans elements [begin, end) of row `row` (indices relative to the row) into the list
-// and the statistics: blocks of four consecutive elements per invocation, then the rest.
-void scan(uint row, uint begin, uint end, inout float m, inout float l, inout uint bad) {
+// Slot j (0-based, below BEST_SLOTS), chosen by selects.
+uint best_slot(Best s, uint j) {
+    uvec4 quad = j < 8u ? (j < 4u ? s.a : s.b) : (j < 12u ? s.c : s.d);
+    uint r = j % 4u;
+    return r < 2u ? (r == 0u ? quad.x : quad.y) : (r == 2u ? quad.z : quad.w);
+}
+
+// The smallest key over the workgroup; every invocation gets it.
+#define MIN_SLOT(a, b) sh_key[a] = min(sh_key[a], sh_key[b])
+uint workgroup_min(bool single, uint key) {
+#if SUBGROUP
+    if (single) return subgroupMin(key);
+#endif
+    uint me = gl_LocalInvocationID.x;
+    sh_key[me] = key;
+    barrier();
+    TREE_REDUCE(MIN_SLOT)
+    uint least = sh_key[0];
+    barrier();
+    return least;
+}
+
+// First pass over elements [begin, end) of row `row`: the softmax statistics (FUSED) or
+// the NaN/+inf flag, and a key floor with at least k elements at or above it. Each
+// invocation keeps the 16 largest of its blocks' maxima (one insertion per block of four)
+// and single tail elements; its m-th largest, m = ceil(k / invocations), stands for m
+// distinct elements, so the minimum over the workgroup has at least k at or above it
+// (0, no floor, when m > 16).
+uint first_pass(bool single, uint row, uint begin, uint blocks_end, uint end,
+                inout float m, inout float l, inout uint bad) {
     uint base = row * pc.n;
-    uint floor_key = 0u;
 #if FUSED
     Stats s = stats_empty();
 #endif
+    Best best = Best(uvec4(0u), uvec4(0u), uvec4(0u), uvec4(0u));
     uint step = 4u * gl_WorkGroupSize.x;
-    uint blocks_end = begin + (end - begin) / step * step;
-    // llvmpipe runs both sides of a branch under a mask, but leaves a loop once no
-    // invocation is still in it: the inner loop reads blocks until one may enter the list
-    // (the common case costs no heap access), the outer one offers that block.
-    uint i = begin + 4u * gl_LocalInvocationID.x;
-    while (i < blocks_end) {
-        vec4 v = vec4(0.0);
-        uvec4 key = uvec4(0u);
-        bool found = false;
-        for (; i < blocks_end; i += step) {
-            v = X4(base + i);
-            key = rank_key(v);
+    for (uint i = begin + 4u * gl_LocalInvocationID.x; i < blocks_end; i += step) {
+        vec4 v = X4(base + i);
 #if FUSED
-            stats_add4(s, v);
+        stats_add4(s, v);
 #else
-            bad |= is_bad(v.x) | is_bad(v.y) | is_bad(v.z) | is_bad(v.w);
+        bad |= is_bad(v.x) | is_bad(v.y) | is_bad(v.z) | is_bad(v.w);
 #endif
-            if (max(max(key.x, key.y), max(key.z, key.w)) >= floor_key) { found = true; break; }
-        }
-        if (found) {
-            list_offer(key.x, i);
-            list_offer(key.y, i + 1u);
-            list_offer(key.z, i + 2u);
-            list_offer(key.w, i + 3u);
-            i += step;
-        }
-        floor_key = floor_of_roots();
+        uvec4 key = rank_key(v);
+        best_insert(best, max(max(key.x, key.y), max(key.z, key.w)));
     }
     for (uint i = blocks_end + gl_LocalInvocationID.x; i < end; i += gl_WorkGroupSize.x) {
         float v = X(base + i);
@@ -205,11 +217,85 @@ void scan(uint row, uint begin, uint end, inout float m, inout float l, inout ui
 #else
         bad |= is_bad(v);
 #endif
-        list_offer(rank_key(v), i);
+        best_insert(best, rank_key(v));
     }
 #if FUSED
     m = s.m; l = stats_sum(s); bad = s.bad;
 #endif
+    uint slots = (pc.k + gl_WorkGroupSize.x - 1u) / gl_WorkGroupSize.x;
+    uint mine = slots > BEST_SLOTS ? 0u : best_slot(best, slots - 1u);
+    return workgroup_min(single, mine);
+}
+
+// Any invocation's root key bounds the k-th best from below (that invocation holds k
+// elements at least as good), so a smaller key cannot enter any list: the floor rises to
+// the largest root key over the subgroup's active invocations (or the invocation's own).
+uint raised_floor(uint floor_key) {
+#if SUBGROUP
+    return max(floor_key, subgroupMax(list_key[0]));
+#else
+    return max(floor_key, list_key[0]);
+#endif
+}
+
+// True when a block whose best key is `best` may change this invocation's list: at the
+// floor or above it, and better than the root (or the list not yet full: equal keys
+// rank by index, and this invocation's later indices never beat its own root's).
+bool may_enter(uint best, uint floor_key) {
+    return best >= floor_key && (best > list_key[0] || list_idx[0] == NO_INDEX);
+}
+
+// Offers the four elements of the block at index i (relative to the row).
+void offer_block(uint base, uint i) {
+    uvec4 key = rank_key(X4(base + i));
+    list_offer(key.x, i);
+    list_offer(key.y, i + 1u);
+    list_offer(key.z, i + 2u);
+    list_offer(key.w, i + 3u);
+}
+
+// Second pass over the same elements: those at the floor or above into the list,
+// blocks of four consecutive elements per invocation, then the rest. llvmpipe runs both
+// sides of an `if` under a mask but leaves a loop once no invocation is still in it, so
+// the inner loop only reads: it queues up to 8 blocks that may enter (block indices held
+// in two uvec4s, shifted in with static indices) and stops at the 8th; the outer loop
+// then offers the queued blocks. The invocations' scans stay in step, and the common
+// block costs no heap access.
+void list_pass(uint row, uint begin, uint blocks_end, uint end, uint floor_key) {
+    uint base = row * pc.n;
+    uint step = 4u * gl_WorkGroupSize.x;
+    uint i = begin + 4u * gl_LocalInvocationID.x;
+    while (i < blocks_end) {
+        uvec4 q0 = uvec4(0u), q1 = uvec4(0u);
+        uint queued = 0u;
+        for (; i < blocks_end; i += step) {
+            uvec4 key = rank_key(X4(base + i));
+            if (may_enter(max(max(key.x, key.y), max(key.z, key.w)), floor_key)) {
+                q1 = uvec4(q0.w, q1.xyz);
+                q0 = uvec4(i, q0.xyz);
+                ++queued;
+            }
+            if (queued == 8u) { i += step; break; }
+        }
+        for (; queued > 0u; --queued) {  // oldest first: the shifts put it last
+            offer_block(base, queued > 4u ? q1[queued - 5u] : q0[queued - 1u]);
+        }
+        floor_key = raised_floor(floor_key);
+    }
+    for (uint i = blocks_end + gl_LocalInvocationID.x; i < end; i += gl_WorkGroupSize.x) {
+        list_offer(rank_key(X(base + i)), i);
+    }
+}
+
+// Elements [begin, end) of row `row` (indices relative to the row) into the list and the
+// statistics, in two passes (the second mostly from cache): the floor of the first
+// leaves the second few elements to insert.
+void scan(bool single, uint row, uint begin, uint end, inout float m, inout float l,
+          inout uint bad) {
+    uint step = 4u * gl_WorkGroupSize.x;
+    uint blocks_end = begin + (end - begin) / step * step;
+    uint floor_key = first_pass(single, row, begin, blocks_end, end, m, l, bad);
+    list_pass(row, begin, blocks_end, end, floor_key);
 }
 
 uint part_base(uint row, uint c) { return (row * pc.nchunks + c) * (4u + 2u * pc.k); }
@@ -241,10 +327,10 @@ void main() {
     uint bad = 0u;
     list_clear();
 #if STAGE == 0
-    scan(row, 0u, pc.n, m, l, bad);
+    scan(single, row, 0u, pc.n, m, l, bad);
 #elif STAGE == 1
     uint begin = gl_WorkGroupID.x * pc.chunk;
-    scan(row, begin, min(begin + pc.chunk, pc.n), m, l, bad);
+    scan(single, row, begin, min(begin + pc.chunk, pc.n), m, l, bad);
 #else
     scan_parts(row, m, l, bad);
 #endif

@@ -187,3 +187,83 @@ def test_bad_arguments(device, fn):
     for bad in (np.zeros(4, bool), np.zeros(4, complex), "abc", None, np.array(["a", "b"])):
         with pytest.raises(TypeError, match="x must"):
             fn(bad, 1, device=device)
+
+
+# The select kernel's first pass sets a floor from each invocation's largest block maxima
+# (blocks of four, invocations striding by 4 x workgroup); these rows aim at that floor.
+def _stride(device, rows, n, k):
+    return 4 * topk_steps.select_plan(device, rows, n, k).workgroup
+
+
+@pytest.mark.parametrize("k", [1, 5, 40, 128])
+def test_the_best_all_in_one_invocations_share(device, rng, k):
+    """Every large value in blocks one invocation scans: the other invocations' maxima
+    are far below the k-th, and the floor must not drop what the one invocation holds."""
+    n = 20_000
+    stride = _stride(device, 3, n, k)
+    x = logits(rng, (3, n), 0.1)
+    blocks = np.arange(n) // 4 * 4
+    x[0, blocks % stride == 0] += 100.0  # invocation 0's blocks, all four elements
+    x[1, np.arange(n) % stride == 3] += 100.0  # one element per block of invocation 0
+    x[2, n - 4 * k :] += 100.0  # the last blocks (and the tail)
+    check_topk(x, k, vkcore.topk(x, k, device=device))
+    check_softmax_topk(x, k, vkcore.softmax_topk(x, k, device=device))
+
+
+@pytest.mark.parametrize("k", [2, 16, 33, 127])
+def test_ties_at_the_floor(device, rng, k):
+    """Values from a few levels, so the k-th value ties with many others around the
+    floor: the lower indices must win, in every invocation's share."""
+    x = rng.integers(0, 4, size=(8, 9_000)).astype(np.float32)
+    x[1] = 0.0
+    x[1, rng.choice(9_000, size=k + 3, replace=False)] = 1.0  # just over k at the top
+    x[2] = 0.0
+    x[2, rng.choice(9_000, size=max(1, k - 1), replace=False)] = 1.0  # just under k
+    check_topk(x, k, vkcore.topk(x, k, device=device))
+    check_softmax_topk(x, k, vkcore.softmax_topk(x, k, device=device))
+
+
+@pytest.mark.parametrize("n", [5, 31, 33, 127, 1023, 4099])
+def test_rows_of_every_tail_length(device, rng, n):
+    """Rows that are not whole blocks (scalar loads) or not whole strides (a tail)."""
+    x = logits(rng, (5, n))
+    x[1, : n // 2] = np.nan
+    x[2, ::2] = -np.inf
+    for k in sorted({1, min(n, 9), min(n, 40), min(n, 128)}):
+        check_topk(x, k, vkcore.topk(x, k, device=device))
+        check_softmax_topk(x, k, vkcore.softmax_topk(x, k, device=device))
+
+
+def test_fewer_finite_values_than_k(device, rng):
+    """The floor of a row with fewer than k values above NaN is NaN's key: -inf and NaN
+    entries must still fill the list, in order."""
+    x = np.full((3, 3_000), np.nan, dtype=np.float32)
+    x[0, rng.choice(3_000, 10, replace=False)] = rng.standard_normal(10)
+    x[1, rng.choice(3_000, 30, replace=False)] = -np.inf
+    x[1, 7] = 2.0
+    x[2, ::100] = 1.0
+    for k in (5, 40, 128):
+        check_topk(x, k, vkcore.topk(x, k, device=device))
+        check_softmax_topk(x, k, vkcore.softmax_topk(x, k, device=device))
+
+
+@pytest.mark.parametrize("per_invocation", [1, 4, 15])
+@pytest.mark.parametrize("rows", [16, 1])  # whole rows; a row split into chunks
+def test_floor_counts_k_exactly(device, rng, per_invocation, rows):
+    """k - 1 large values spread one per block, the same number of blocks in every
+    invocation's share of a chunk, and the k-th value just below them in the same chunk:
+    a floor taken from one slot too few per invocation would drop the k-th."""
+    n = 40_000
+    plan = topk_steps.select_plan(device, rows, n, 2)
+    wg = plan.workgroup
+    assert (plan.nchunks == 1) == (rows == 16)
+    k = min(wg * per_invocation + 1, topk_steps.SMALL_K_MAX)
+    x = logits(rng, (rows, n), 0.01)
+    large = (np.arange(k - 1) // wg) * 4 * wg + (np.arange(k - 1) % wg) * 4  # block starts
+    assert large[-1] + 3 < topk_steps.select_plan(device, rows, n, k).chunk
+    x[:, large + 1] = 50.0 + np.arange(k - 1, dtype=np.float32)
+    x[0, large[-1] + 2] = 40.0  # the k-th inside a block that already holds a large value
+    if rows > 1:
+        x[1, n - 1] = 40.0  # the k-th in the last block of some invocation
+    check_topk(x, k, vkcore.topk(x, k, device=device))
+    check_softmax_topk(x, k, vkcore.softmax_topk(x, k, device=device))

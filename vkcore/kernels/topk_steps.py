@@ -88,7 +88,7 @@ def max_elements_per_invocation(k: int, workgroup: int) -> int:
     and sorting and the k merge rounds (with shared-memory trees) come on top."""
     depth = k.bit_length()
     fixed = k * (depth + 4 + workgroup.bit_length()) + 64
-    return max(1, (LOOP_BUDGET - fixed) // (depth + 2))
+    return max(1, (LOOP_BUDGET - fixed) // (depth + 3))
 
 
 def select_plan(device: Device, rows: int, n: int, k: int) -> SelectPlan | None:
