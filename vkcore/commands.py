@@ -1,10 +1,11 @@
 """What goes into a command buffer: :class:`Dispatch` steps, barriers, copies, and the
 descriptor sets that bind each dispatch's buffers, and the pools both come from.
 
-A kernel call is a list of Dispatch steps run in order in one command buffer, separated
-by compute-to-compute barriers and closed by a compute-to-host barrier, so mapped memory
-reads the results once the fence has signalled. Submitting them is the
-:class:`~vkcore.submitter.Submitter`'s job.
+A kernel call (or a sequence) is a list of Dispatch steps run in order in one command
+buffer, with a compute-to-compute barrier before a step that touches a buffer an earlier
+step since the last barrier wrote, or writes one it read (:class:`Hazards`), and closed by
+a compute-to-host barrier, so mapped memory reads the results once the fence has
+signalled. Submitting them is the :class:`~vkcore.submitter.Submitter`'s job.
 """
 
 from __future__ import annotations
@@ -102,6 +103,39 @@ def barrier(
     dev.lib.vkCmdPipelineBarrier(cb, src_stage, dst_stage, 0, 1, mem, 0, null, 0, null)
 
 
+class Hazards:
+    """The buffers steps since the last barrier read and wrote, to tell whether the next
+    step needs one: it does when it reads or writes what they wrote, or writes what they
+    read. Buffers are told apart by identity (each Buffer has memory of its own), except
+    host-memory imports, which may share pages and so count as one buffer; placeholders
+    (``Buffer.placeholder``, bound to slots a variant never touches) count as none."""
+
+    _HOST = "host memory"
+
+    def __init__(self) -> None:
+        self.read: set[Any] = set()
+        self.written: set[Any] = set()
+
+    @classmethod
+    def _key(cls, buf: Buffer) -> Any:
+        return cls._HOST if getattr(buf, "array", None) is not None else buf
+
+    def needs_barrier(self, d: Dispatch) -> bool:
+        """Whether ``d`` must wait for the earlier steps; it is counted in either case
+        (after a barrier, alone)."""
+        reads, writes = set(), set()
+        for buf, writable in zip(d.buffers, d.pipeline.writable, strict=True):
+            if not buf.placeholder:
+                (writes if writable else reads).add(self._key(buf))
+        hazard = not self.written.isdisjoint(reads | writes) or not self.read.isdisjoint(writes)
+        if hazard:
+            self.read.clear()
+            self.written.clear()
+        self.read |= reads
+        self.written |= writes
+        return hazard
+
+
 def record_dispatches(
     dev: DeviceContext,
     cb: Any,
@@ -128,8 +162,9 @@ def record_dispatches(
         SHADER_READ | SHADER_WRITE,
     )
     set_arr = ffi.new("VkDescriptorSet[1]")
-    for i, (d, dset) in enumerate(zip(dispatches, sets, strict=True)):
-        if i:
+    hazards = Hazards()
+    for d, dset in zip(dispatches, sets, strict=True):
+        if hazards.needs_barrier(d):
             barrier(dev, cb, COMPUTE, SHADER_WRITE, COMPUTE, SHADER_READ | SHADER_WRITE)
         lib.vkCmdBindPipeline(cb, _BIND_COMPUTE, d.pipeline.handle)
         set_arr[0] = dset

@@ -34,6 +34,14 @@ from .placement import Choice, MemoryHeap, MemoryType, Placement, place
 log = logging.getLogger("vkcore")
 
 
+# The C module under ``signal``: its functions skip the enum conversions of the wrappers
+# (most of a deferral's cost, and kernels defer several times a call).
+try:
+    import _signal as _raw_signal
+except ImportError:  # pragma: no cover - another Python implementation
+    _raw_signal = signal  # type: ignore[assignment]
+
+
 @contextlib.contextmanager
 def ctrl_c_deferred() -> Iterator[None]:
     """Hold Ctrl-C until the block ends, then deliver it (main thread only).
@@ -41,16 +49,19 @@ def ctrl_c_deferred() -> Iterator[None]:
     A teardown stopped halfway would leave half-destroyed objects that later calls or
     finalizers would destroy a second time.
     """
-    previous = signal.getsignal(signal.SIGINT)
-    if threading.current_thread() is not threading.main_thread() or previous is None:
-        yield  # only the main thread receives KeyboardInterrupt; None: a handler set in C
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread receives KeyboardInterrupt
+        return
+    previous = _raw_signal.getsignal(signal.SIGINT)
+    if previous is None:
+        yield  # a handler set in C: left alone
         return
     caught: list[Any] = []
-    signal.signal(signal.SIGINT, lambda signum, frame: caught.append(frame))
+    _raw_signal.signal(signal.SIGINT, lambda signum, frame: caught.append(frame))
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        _raw_signal.signal(signal.SIGINT, previous)
         if caught and callable(previous):
             previous(signal.SIGINT, caught[0])  # Python's default handler raises KeyboardInterrupt
         elif caught and previous == signal.SIG_DFL:

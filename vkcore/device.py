@@ -28,7 +28,7 @@ import operator
 import os
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from . import config
@@ -121,6 +121,7 @@ class Device(DeviceContext):
         push_size: int,
         spec: Mapping[int, int | float],
         texel: Mapping[int, str],
+        writable: Sequence[bool] | None = None,
     ) -> Pipeline:
         """The pipeline of a :class:`vkcore.Program` (a user's or a built-in kernel's):
         created once per SPIR-V, specialization, layout and texel formats, through the
@@ -136,7 +137,15 @@ class Device(DeviceContext):
         return self._pipeline_for(
             key,
             lambda: Pipeline(
-                self, name, code, bindings, push_size, spec, texel, cache=self.pipeline_cache
+                self,
+                name,
+                code,
+                bindings,
+                push_size,
+                spec,
+                texel,
+                cache=self.pipeline_cache,
+                writable=writable,
             ),
         )
 

@@ -48,11 +48,17 @@ class BufferPool:
         return buf
 
     def lease(self, nbytes: int) -> Buffer:
-        """A buffer of ``nbytes`` for a kernel's output Tensor: a new Buffer object that,
-        when destroyed or collected, gives its memory back to this pool (already touched
-        pages: no page faults on the next output of that size) rather than freeing it."""
+        """A buffer of ``nbytes`` for a kernel's output Tensor that, when destroyed or
+        collected, gives its memory back to this pool (already touched pages: no page
+        faults on the next output of that size) rather than freeing it.
+
+        The pool's own Buffer object is handed over: nothing else refers to a free one.
+        It stops being ``reusable`` (its owner decides its lifetime), so no recorded
+        command buffer is kept for it; those kept from its pool days go when it comes
+        back (:meth:`take_back` moves its memory to a new object)."""
         with self.device.lock:
-            lent = self._adopt(self.acquire(nbytes))
+            lent = self.acquire(nbytes)
+            lent.reusable = False
             lent._return_to = self
             return lent
 

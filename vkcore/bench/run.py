@@ -16,7 +16,7 @@ import numpy as np
 import vkcore
 
 from ..device import Device
-from . import format_cases, program_cases, sequence_cases, topk_cases
+from . import format_cases, lm_head_cases, program_cases, sequence_cases, topk_cases
 from .baselines import copy_bandwidth, kernel_copy_bandwidth
 from .harness import Comparison, Progress
 from .quant_cases import matvec_comparisons, quantize_comparison
@@ -133,6 +133,9 @@ def run_bench(
         ]
         steps.append(
             ("quantize 4096x4096", lambda: quantize_comparison(dev, (4096, 4096), reps, rng))
+        )
+        steps.append(
+            ("LM-head step", lambda: lm_head_cases.lm_head_rows(dev, reps, rng, quick=quick))
         )
         steps += _format_steps(dev, reps, rng, quick)
     bar = Progress(len(steps) + 1, enabled=progress)

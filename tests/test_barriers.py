@@ -1,0 +1,146 @@
+"""Barriers inside one command buffer only where a step depends on an earlier one
+(vkcore.commands.Hazards): a read or write after a write, a write after a read."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import vkcore
+from vkcore import commands
+
+
+class FakeBuffer:
+    """What Hazards reads of a Buffer; told apart by identity, as Buffers are."""
+
+    def __init__(self, name, host, placeholder):
+        self.name, self.placeholder = name, placeholder
+        self.array = object() if host else None  # a HostBuffer's imported array
+
+
+def buf(name, *, host=False, placeholder=False):
+    return FakeBuffer(name, host, placeholder)
+
+
+def step(*bindings):
+    """A fake Dispatch: (buffer, writable) per binding."""
+    return SimpleNamespace(
+        buffers=tuple(b for b, _ in bindings),
+        pipeline=SimpleNamespace(writable=tuple(w for _, w in bindings)),
+    )
+
+
+def barriers(*steps):
+    hz = commands.Hazards()
+    return [hz.needs_barrier(s) for s in steps]
+
+
+A, B, C = buf("a"), buf("b"), buf("c")
+R, W = False, True
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "want"),
+    [
+        ((A, W), (A, R), True),  # read after write
+        ((A, R), (A, W), True),  # write after read
+        ((A, W), (A, W), True),  # write after write
+        ((A, R), (A, R), False),  # read after read
+        ((A, W), (B, R), False),  # other buffers
+        ((A, R), (B, W), False),
+    ],
+)
+def test_pairs(first, second, want):
+    assert barriers(step(first), step(second)) == [False, want]
+
+
+def test_a_barrier_orders_everything_before_it():
+    # a -> b (barrier: reads a written before), then another read of a needs none
+    got = barriers(step((C, R), (A, W)), step((A, R), (B, W)), step((A, R), (C, R)))
+    assert got == [False, True, False]
+    # but a write of what the step after the barrier read does
+    assert barriers(step((A, W)), step((A, R)), step((A, W))) == [False, True, True]
+
+
+def test_independent_steps_need_none():
+    bufs = [buf(str(i)) for i in range(16)]
+    x = buf("x")
+    got = barriers(*(step((x, R), (bufs[i], W)) for i in range(16)))
+    assert got == [False] * 16
+
+
+def test_placeholders_never_order():
+    p = buf("placeholder", placeholder=True)
+    assert barriers(step((A, R), (p, W)), step((B, R), (p, W)), step((p, R))) == [False] * 3
+
+
+def test_host_imports_may_alias():
+    """Two imports of host memory may share pages: one counts as the other."""
+    h1, h2 = buf("h1", host=True), buf("h2", host=True)
+    assert barriers(step((h1, W)), step((h2, R))) == [False, True]
+    assert barriers(step((h1, R)), step((h2, R))) == [False, False]
+
+
+@pytest.fixture
+def recorded_barriers(monkeypatch):
+    """How many barriers each recorded dispatch list had (commands.record_dispatches)."""
+    counts = []
+    real_record, real_barrier = commands.record_dispatches, commands.barrier
+
+    def record(*args, **kwargs):
+        counts.append(0)
+        return real_record(*args, **kwargs)
+
+    def barrier(*args, **kwargs):
+        if counts:
+            counts[-1] += 1
+        return real_barrier(*args, **kwargs)
+
+    monkeypatch.setattr(commands, "record_dispatches", record)
+    monkeypatch.setattr(commands, "barrier", barrier)
+    return counts
+
+
+def test_a_sequence_of_independent_calls_has_no_barrier_between_them(
+    device, rng, scale, recorded_barriers
+):
+    xs = [vkcore.asarray(rng.standard_normal((2, 300)).astype(np.float32), device=device)]
+    xs += [vkcore.asarray(rng.standard_normal((2, 300)).astype(np.float32), device=device)]
+    outs = [vkcore.Tensor.empty((2, 300), np.float32, device) for _ in range(8)]
+    recorded_barriers.clear()
+    with vkcore.sequence(device=device):
+        for i, y in enumerate(outs):
+            scale(xs[i % 2], y, groups=10, a=float(i), n=600)
+    assert recorded_barriers == [2]  # after earlier submissions; before the host reads
+    for i, y in enumerate(outs):
+        np.testing.assert_array_equal(y.numpy(), np.float32(i) * xs[i % 2].numpy())
+
+
+def test_dependent_calls_get_their_barriers_and_their_results(
+    device, rng, scale, recorded_barriers
+):
+    x = rng.standard_normal(600).astype(np.float32)
+    a = vkcore.asarray(x, device=device)
+    b = vkcore.Tensor.empty((600,), np.float32, device)
+    c = vkcore.Tensor.empty((600,), np.float32, device)
+    recorded_barriers.clear()
+    with vkcore.sequence(device=device):
+        scale(a, b, groups=10, a=2.0, n=600)  # b = 2a
+        scale(b, c, groups=10, a=3.0, n=600)  # reads b: barrier
+        scale(c, a, groups=10, a=0.5, n=600)  # reads c (barrier); writes a, read by the first
+        scale(a, b, groups=10, a=1.0, n=600)  # reads a, writes b: barrier
+    assert recorded_barriers == [2 + 3]
+    np.testing.assert_array_equal(c.numpy(), np.float32(3) * (np.float32(2) * x))
+    np.testing.assert_array_equal(b.numpy(), np.float32(0.5) * c.numpy())
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_kernel_stages_keep_their_barriers(device, rng, recorded_barriers):
+    """A split-row softmax is stages over one parts buffer: each waits for the last."""
+    x = rng.standard_normal((1, (1 << 18) + 12)).astype(np.float32)  # a shape of its own
+    recorded_barriers.clear()
+    got = vkcore.softmax(x, device=device)
+    np.testing.assert_allclose(got, vkcore.reference.softmax(x), atol=1e-6)
+    assert recorded_barriers and all(n >= 3 for n in recorded_barriers)
