@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -144,3 +147,46 @@ def test_kernel_stages_keep_their_barriers(device, rng, recorded_barriers):
     got = vkcore.softmax(x, device=device)
     np.testing.assert_allclose(got, vkcore.reference.softmax(x), atol=1e-6)
     assert recorded_barriers and all(n >= 3 for n in recorded_barriers)
+
+
+MISSING_BARRIER = """
+import sys
+import numpy as np
+import vkcore
+from vkcore import commands
+sys.path.insert(0, "tests")
+from adversarial_programs import SCALE
+
+if sys.argv[1] == "without":  # the rule broken: no barrier anywhere between steps
+    commands.Hazards.needs_barrier = lambda self, d: False
+dev = vkcore.Device()
+assert dev.instance.sync_validation, "the layer offers no synchronization validation"
+scale = vkcore.Program(SCALE, device=dev)
+a = vkcore.asarray(np.ones(600, np.float32), device=dev)
+b = vkcore.Tensor.empty((600,), np.float32, dev)
+c = vkcore.Tensor.empty((600,), np.float32, dev)
+with vkcore.sequence(device=dev):
+    scale(a, b, groups=10, a=2.0, n=600)
+    scale(b, c, groups=10, a=3.0, n=600)  # reads what the first wrote
+print(c.numpy()[0])
+"""
+
+
+@pytest.mark.parametrize("barriers", ["with", "without"])
+def test_the_validation_layer_checks_synchronization(barriers):
+    """Under VKCORE_VALIDATION the layer also validates synchronization, so a missing
+    barrier fails the suite: shown by removing the barrier rule in a child process."""
+    env = {**os.environ, "VKCORE_VALIDATION": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", MISSING_BARRIER, barriers],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    if barriers == "with":
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "6.0"
+    else:
+        assert out.returncode != 0
+        assert "SYNC-HAZARD-READ-AFTER-WRITE" in out.stderr

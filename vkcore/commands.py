@@ -163,18 +163,22 @@ def record_dispatches(
     )
     set_arr = ffi.new("VkDescriptorSet[1]")
     hazards = Hazards()
+    bind_pipeline, bind_sets = lib.vkCmdBindPipeline, lib.vkCmdBindDescriptorSets
+    push_constants, dispatch = lib.vkCmdPushConstants, lib.vkCmdDispatch
+    bound = None
     for d, dset in zip(dispatches, sets, strict=True):
         if hazards.needs_barrier(d):
             barrier(dev, cb, COMPUTE, SHADER_WRITE, COMPUTE, SHADER_READ | SHADER_WRITE)
-        lib.vkCmdBindPipeline(cb, _BIND_COMPUTE, d.pipeline.handle)
+        pipeline = d.pipeline
+        layout = pipeline.layout
+        if pipeline is not bound:  # repeated calls of one kernel bind it once
+            bind_pipeline(cb, _BIND_COMPUTE, pipeline.handle)
+            bound = pipeline
         set_arr[0] = dset
-        lib.vkCmdBindDescriptorSets(
-            cb, _BIND_COMPUTE, d.pipeline.layout, 0, 1, set_arr, 0, ffi.NULL
-        )
+        bind_sets(cb, _BIND_COMPUTE, layout, 0, 1, set_arr, 0, ffi.NULL)
         if d.push:
-            push = ffi.new("char[]", d.push)
-            lib.vkCmdPushConstants(cb, d.pipeline.layout, _PUSH_STAGE, 0, len(d.push), push)
-        lib.vkCmdDispatch(cb, *d.groups)
+            push_constants(cb, layout, _PUSH_STAGE, 0, len(d.push), d.push)
+        dispatch(cb, *d.groups)
     barrier(dev, cb, COMPUTE, SHADER_WRITE, HOST, HOST_READ)
     if query_pool is not None:
         lib.vkCmdWriteTimestamp(cb, BOTTOM, query_pool, 1)
@@ -231,30 +235,37 @@ def allocate_sets(dev: DeviceContext, pool: Any, dispatches: Sequence[Dispatch])
 
 
 def write_sets(dev: DeviceContext, sets: Sequence[Any], dispatches: Sequence[Dispatch]) -> None:
-    """Point each dispatch's set at its buffers (storage, uniform or texel-view bindings)."""
-    keep = vkapi.Keep()
-    writes = []
+    """Point each dispatch's set at its buffers (storage, uniform or texel-view bindings):
+    one vkUpdateDescriptorSets over arrays filled in place (a sequence writes hundreds)."""
+    ffi = dev.ffi
+    count = sum(len(d.buffers) for d in dispatches)
+    if not count:
+        return
+    writes = ffi.new("VkWriteDescriptorSet[]", count)
+    infos = ffi.new("VkDescriptorBufferInfo[]", count)
+    views = ffi.new("VkBufferView[]", count)
+    stype = vkapi.structure_type("VkWriteDescriptorSet")
+    i = 0
     for dset, d in zip(sets, dispatches, strict=True):
-        for binding, buf in zip(d.pipeline.binding_numbers, d.buffers, strict=True):
-            write = {
-                "sType": vkapi.structure_type("VkWriteDescriptorSet"),
-                "dstSet": dset,
-                "dstBinding": binding,
-                "descriptorCount": 1,
-                "descriptorType": d.pipeline.descriptor_type(binding),
-            }
-            fmt = d.pipeline.texel.get(binding)
+        pipeline = d.pipeline
+        for binding, buf in zip(pipeline.binding_numbers, d.buffers, strict=True):
+            write = writes[i]
+            write.sType = stype
+            write.dstSet = dset
+            write.dstBinding = binding
+            write.descriptorCount = 1
+            write.descriptorType = pipeline.descriptor_type(binding)
+            fmt = pipeline.texel.get(binding)
             if fmt is None:
-                write["pBufferInfo"] = keep.new(
-                    "VkDescriptorBufferInfo*",
-                    {"buffer": buf.handle, "offset": 0, "range": buf.nbytes},
-                )
+                info = infos[i]
+                info.buffer = buf.handle
+                info.range = buf.nbytes  # offset 0
+                write.pBufferInfo = infos + i
             else:
-                write["pTexelBufferView"] = keep.new("VkBufferView[1]", [buf.view(fmt)])
-            writes.append(write)
-    if writes:
-        arr = keep.new("VkWriteDescriptorSet[]", writes)
-        dev.lib.vkUpdateDescriptorSets(dev.handle, len(writes), arr, 0, dev.ffi.NULL)
+                views[i] = buf.view(fmt)
+                write.pTexelBufferView = views + i
+            i += 1
+    dev.lib.vkUpdateDescriptorSets(dev.handle, count, writes, 0, ffi.NULL)
 
 
 def free_sets(dev: DeviceContext, pool: Any, sets: Sequence[Any]) -> None:

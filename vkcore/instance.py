@@ -20,6 +20,7 @@ NO_DRIVER_HINT = (
 _VK_ERROR_INCOMPATIBLE_DRIVER = -9
 
 VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
+VALIDATION_FEATURES = "VK_EXT_validation_features"
 DEBUG_UTILS = "VK_EXT_debug_utils"
 # MoltenVK (and any other non-conformant "portability" driver) is only listed by a loader
 # when the instance enables this extension with this flag.
@@ -80,6 +81,7 @@ class Instance:
         self.messenger: Any = None
         self.handle: Any = None
         self.enabled_extensions: list[str] = []  # as passed to vkCreateInstance
+        self.sync_validation = False  # the layer also checks synchronization
         self.create_flags = 0
         self._create()
 
@@ -92,6 +94,34 @@ class Instance:
         props = ffi.new("VkExtensionProperties[]", count[0])
         vkapi.check(lib.vkEnumerateInstanceExtensionProperties(ffi.NULL, count, props), call)
         return {ffi.string(props[i].extensionName).decode() for i in range(count[0])}
+
+    def _layer_extensions(self, layer: str) -> set[str]:
+        """Instance extensions ``layer`` itself provides."""
+        ffi, lib = self.ffi, self.lib
+        call = "vkEnumerateInstanceExtensionProperties"
+        name = ffi.new("char[]", layer.encode())
+        count = ffi.new("uint32_t*")
+        vkapi.check(lib.vkEnumerateInstanceExtensionProperties(name, count, ffi.NULL), call)
+        props = ffi.new("VkExtensionProperties[]", count[0])
+        vkapi.check(lib.vkEnumerateInstanceExtensionProperties(name, count, props), call)
+        return {ffi.string(props[i].extensionName).decode() for i in range(count[0])}
+
+    def _sync_validation(self, keep: vkapi.Keep, extensions: list[str]) -> Any:
+        """VkValidationFeaturesEXT asking the layer to check synchronization too (a
+        missing barrier between dependent dispatches is then an error), with its
+        extension added to ``extensions``; None where the layer does not offer it."""
+        if VALIDATION_FEATURES not in self._layer_extensions(VALIDATION_LAYER):
+            return None
+        extensions.append(VALIDATION_FEATURES)
+        enables = keep.new(
+            "VkValidationFeatureEnableEXT[1]",
+            [vkapi.flag("VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT")],
+        )
+        return keep.struct(
+            "VkValidationFeaturesEXT",
+            enabledValidationFeatureCount=1,
+            pEnabledValidationFeatures=enables,
+        )
 
     def _available_layers(self) -> set[str]:
         ffi, lib = self.ffi, self.lib
@@ -113,6 +143,7 @@ class Instance:
         layers: list[str] = []
         extensions, flags = instance_extensions(self._available_extensions(), self.validation)
         messenger_info = None
+        chain = ffi.NULL  # VkInstanceCreateInfo.pNext
         if self.validation:
             if VALIDATION_LAYER not in self._available_layers():
                 raise VulkanError(
@@ -131,6 +162,11 @@ class Instance:
                 | vkapi.flag("VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT"),
                 pfnUserCallback=self._callback,
             )
+            chain = messenger_info
+            features = self._sync_validation(keep, extensions)
+            if features is not None:  # first: the messenger's own pNext must stay NULL
+                features.pNext, chain = messenger_info, features
+                self.sync_validation = True
         app = keep.struct(
             "VkApplicationInfo",
             pApplicationName=keep.string("vkcore"),
@@ -141,7 +177,7 @@ class Instance:
         )
         info = keep.struct(
             "VkInstanceCreateInfo",
-            pNext=messenger_info if messenger_info is not None else ffi.NULL,
+            pNext=chain,
             flags=flags,
             pApplicationInfo=app,
             enabledLayerCount=len(layers),
