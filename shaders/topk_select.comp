@@ -150,18 +150,25 @@ void workgroup_stats(bool single, inout float m, inout float l, inout uint bad) 
     barrier();
 }
 
-// The 16 largest keys seen, duplicates counted, sorted descending in four uvec4s: slot j
-// becomes max(s[j], min(s[j - 1], key)), a branch-free insertion with static indices
-// only (llvmpipe runs a private array's dynamic indexing lane by lane, from memory).
-#define BEST_SLOTS 16u
+// The 4 * BEST_QUADS largest keys seen (1, 2 or 4 quads: the host keeps as many as the
+// floor needs), duplicates counted, sorted descending in uvec4s: slot j becomes
+// max(s[j], min(s[j - 1], key)), a branch-free insertion with static indices only
+// (llvmpipe runs a private array's dynamic indexing lane by lane, from memory). The
+// quads past BEST_QUADS are constant after specialization, and their work folded away.
+layout(constant_id = 2) const uint BEST_QUADS = 4u;
+#define BEST_SLOTS (4u * BEST_QUADS)
 struct Best { uvec4 a, b, c, d; };
 
 void best_insert(inout Best s, uint key) {
     uvec4 k4 = uvec4(key);
     uvec4 below_a = uvec4(key, s.a.xyz), below_b = uvec4(s.a.w, s.b.xyz);
     uvec4 below_c = uvec4(s.b.w, s.c.xyz), below_d = uvec4(s.c.w, s.d.xyz);
-    s.a = max(s.a, min(below_a, k4)); s.b = max(s.b, min(below_b, k4));
-    s.c = max(s.c, min(below_c, k4)); s.d = max(s.d, min(below_d, k4));
+    s.a = max(s.a, min(below_a, k4));
+    if (BEST_QUADS > 1u) s.b = max(s.b, min(below_b, k4));
+    if (BEST_QUADS > 2u) {
+        s.c = max(s.c, min(below_c, k4));
+        s.d = max(s.d, min(below_d, k4));
+    }
 }
 
 // Slot j (0-based, below BEST_SLOTS), chosen by selects.

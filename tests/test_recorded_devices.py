@@ -145,3 +145,28 @@ def test_memory_placement_from_device_info(dev):
     else:
         assert resident.mapped
     assert math.isfinite(placement.main_heap_size(types, heaps))
+
+
+@pytest.mark.parametrize(
+    "rows, n, k", [(1, 32_000, 1), (64, 32_000, 40), (1, 1 << 20, 128), (3, 50_000, 300)]
+)
+def test_topk_plans_are_legal(dev, rows, n, k):
+    from vkcore.kernels import topk_steps as tk
+
+    info = dev.info
+    limit = tk.select_k_max(dev)
+    assert limit == (tk.SMALL_K_MAX_CPU if info.is_cpu else tk.SMALL_K_MAX_GPU)
+    plan = tk.select_plan(dev, rows, n, k)
+    if k > limit:
+        assert plan is None
+        sort = tk.sort_plan(dev, rows, n, k)
+        assert _workgroup_ok(info, sort.workgroup)
+        assert sort.pair_bytes(sort.rows_per_group) <= info.max_storage_buffer_range
+        return
+    assert plan is not None and _workgroup_ok(info, plan.workgroup)
+    assert plan.chunk * plan.nchunks >= n and plan.nchunks <= info.max_compute_work_group_count[0]
+    assert plan.chunk // plan.workgroup <= tk.max_elements_per_invocation(k, plan.workgroup)
+    assert 4 * 4 * plan.workgroup <= info.max_compute_shared_memory_size  # four shared arrays
+    assert plan.best_quads in (1, 2, 4) and plan.kmax >= k
+    if not info.is_cpu:
+        assert plan.workgroup >= min(64, info.subgroup_size)

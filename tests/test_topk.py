@@ -39,12 +39,22 @@ CASES = [
     ((1, 1), 1),
     ((4, 100), 1),
     ((4, 100), 7),
-    ((4, 100), 100),  # k = n: the sort
+    ((4, 100), 100),  # k = n
     ((3, 50_000), 40),  # rows split across workgroups, merged
     ((64, 32_000), 40),
     ((64, 32_000), 128),
-    ((2, 5_000), 129),  # just beyond the select kernel
+    ((2, 5_000), 129),
+    ((3, 40_000), 300),  # large private heaps (select on a CPU device)
+    ((2, 20_000), 512),
 ]
+
+
+def test_the_sort_just_beyond_the_select_kernel(device, rng):
+    k = topk_steps.select_k_max(device) + 1
+    x = logits(rng, (2, 3 * k))
+    assert topk_steps.select_plan(device, 2, 3 * k, k) is None
+    check_topk(x, k, vkcore.topk(x, k, device=device))
+    check_softmax_topk(x, k, vkcore.softmax_topk(x, k, device=device))
 
 
 @pytest.mark.parametrize(("shape", "k"), CASES)
@@ -158,7 +168,7 @@ def test_plans_respect_the_loop_budget(device):
         most = topk_steps.max_elements_per_invocation(k, plan.workgroup)
         assert plan.chunk // plan.workgroup <= most
         assert plan.nchunks == 1 or -(-plan.nchunks * k // plan.workgroup) <= most
-    assert topk_steps.select_plan(device, 1, 1000, topk_steps.SMALL_K_MAX + 1) is None
+    assert topk_steps.select_plan(device, 1, 1000, topk_steps.select_k_max(device) + 1) is None
 
 
 @pytest.mark.parametrize("fn", [vkcore.topk, vkcore.softmax_topk])
@@ -257,7 +267,7 @@ def test_floor_counts_k_exactly(device, rng, per_invocation, rows):
     plan = topk_steps.select_plan(device, rows, n, 2)
     wg = plan.workgroup
     assert (plan.nchunks == 1) == (rows == 16)
-    k = min(wg * per_invocation + 1, topk_steps.SMALL_K_MAX)
+    k = min(wg * per_invocation + 1, topk_steps.select_k_max(device))
     x = logits(rng, (rows, n), 0.01)
     large = (np.arange(k - 1) // wg) * 4 * wg + (np.arange(k - 1) % wg) * 4  # block starts
     assert large[-1] + 3 < topk_steps.select_plan(device, rows, n, k).chunk

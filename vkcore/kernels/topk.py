@@ -15,10 +15,12 @@ Semantics, shared with :mod:`vkcore.reference.topk`:
   probabilities NaN, ``-inf`` entries have probability 0), within 1e-6 of a float64
   reference.
 
-For k <= :data:`topk_steps.SMALL_K_MAX` one kernel reads each row once, keeping running
-top-k lists (and, fused, the running maximum and sum) per invocation, merged per
-workgroup and across the workgroups of a split row. Larger k sort each row (bitonic, on
-the device); the fused form then reads the row once more for its statistics.
+For k up to :func:`topk_steps.select_k_max` (512 on a CPU device, 128 on a GPU) one
+kernel reads each row twice: a first pass takes the softmax statistics (fused) and a key
+floor that at least k elements reach, the second keeps running top-k lists of the
+elements at the floor or above, per invocation, merged per workgroup and across the
+workgroups of a split row. Larger k sort each row (bitonic, on the device); the fused
+form then reads the row once more for its statistics.
 """
 
 from __future__ import annotations

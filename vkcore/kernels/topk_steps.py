@@ -21,9 +21,13 @@ from ..device import Device
 from . import _common as c
 from . import programs, variants
 
-# k up to this goes through the select kernel: each invocation keeps a private sorted list
-# of k (key, index) pairs (2 * KMAX words of private memory), merged in k rounds.
-SMALL_K_MAX = 128
+# k up to select_k_max(device) goes through the select kernel: each invocation keeps a
+# private heap of k (key, index) pairs (2 * KMAX words of private memory), merged in k
+# rounds. A CPU device's private memory is its cache-backed stack, and there the sort's
+# dozens of full passes cost far more (64x32000, k=129: 26 ms selected, 2.7 s sorted);
+# a GPU spills large private arrays to slow scratch memory, while its sort is a wide grid.
+SMALL_K_MAX_CPU = 512
+SMALL_K_MAX_GPU = 128
 # A chunk of a split row has at least this many elements (and 16 per kept candidate).
 MIN_CHUNK_ELEMENTS = 8192
 # llvmpipe ends an invocation's loops after 65,535 iterations in all (one limiter shared
@@ -78,6 +82,13 @@ class SelectPlan:
     workgroup: int
 
     @property
+    def best_quads(self) -> int:
+        """Quads of largest keys each invocation keeps for the key floor: ceil(k / workgroup)
+        slots, in 1, 2 or 4 quads (past 16 slots there is no floor)."""
+        slots = -(-self.k // self.workgroup)
+        return 1 if slots <= 4 else 2 if slots <= 8 else 4
+
+    @property
     def part_words(self) -> int:
         return self.rows * self.nchunks * (4 + 2 * self.k) if self.nchunks > 1 else 0
 
@@ -91,9 +102,14 @@ def max_elements_per_invocation(k: int, workgroup: int) -> int:
     return max(1, (LOOP_BUDGET - fixed) // (depth + 3))
 
 
+def select_k_max(device: Device) -> int:
+    """The largest k the select kernel takes on ``device`` (larger k are sorted)."""
+    return SMALL_K_MAX_CPU if device.info.is_cpu else SMALL_K_MAX_GPU
+
+
 def select_plan(device: Device, rows: int, n: int, k: int) -> SelectPlan | None:
     """The select kernel's layout, or None when k is too large for it (the sort then)."""
-    if k > SMALL_K_MAX:
+    if k > select_k_max(device):
         return None
     wg = _workgroup(device, GPU_SELECT_WORKGROUP)
     most = max_elements_per_invocation(k, wg)
@@ -143,7 +159,7 @@ def select_steps(
             "topk_select.comp",
             {**defines, **extra},
             workgroup=plan.workgroup,
-            spec={"KMAX": plan.kmax},
+            spec={"KMAX": plan.kmax, "BEST_QUADS": plan.best_quads},
             texel=views if defines["TEXEL"] else None,
         )
         gx = plan.nchunks if stage == 1 else 1
@@ -176,7 +192,7 @@ def sort_plan(device: Device, rows: int, n: int, k: int) -> SortPlan:
     if p * 8 > limit:
         raise ValueError(
             f"k={k} on rows of {n} needs a sort of {p * 8} bytes per row, more than this "
-            f"device's maxStorageBufferRange ({limit} bytes); use k <= {SMALL_K_MAX}"
+            f"device's maxStorageBufferRange ({limit} bytes); use k <= {select_k_max(device)}"
         )
     per = min(rows, limit // (p * 8), _rows_per_dispatch(device))
     return SortPlan(rows, n, k, p, _workgroup(device, GPU_SORT_WORKGROUP), max(1, per))
