@@ -18,6 +18,7 @@
 #extension GL_GOOGLE_include_directive : require
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint KMAX = 8u;
+layout(constant_id = 3) const uint FLOOR_PASS = 1u;  // see scan()
 #include "workgroup_reduce.glsl"
 #include "topk_common.glsl"
 
@@ -268,15 +269,29 @@ void offer_block(uint base, uint i) {
 // in two uvec4s, shifted in with static indices) and stops at the 8th; the outer loop
 // then offers the queued blocks. The invocations' scans stay in step, and the common
 // block costs no heap access.
-void list_pass(uint row, uint begin, uint blocks_end, uint end, uint floor_key) {
+// Without FLOOR_PASS this is the only pass (floor 0): it also takes the statistics.
+void list_pass(uint row, uint begin, uint blocks_end, uint end, uint floor_key,
+               inout float m, inout float l, inout uint bad) {
     uint base = row * pc.n;
     uint step = 4u * gl_WorkGroupSize.x;
+    bool stats = FLOOR_PASS == 0u;
+#if FUSED
+    Stats s = stats_empty();
+#endif
     uint i = begin + 4u * gl_LocalInvocationID.x;
     while (i < blocks_end) {
         uvec4 q0 = uvec4(0u), q1 = uvec4(0u);
         uint queued = 0u;
         for (; i < blocks_end; i += step) {
-            uvec4 key = rank_key(X4(base + i));
+            vec4 v = X4(base + i);
+            if (stats) {
+#if FUSED
+                stats_add4(s, v);
+#else
+                bad |= is_bad(v.x) | is_bad(v.y) | is_bad(v.z) | is_bad(v.w);
+#endif
+            }
+            uvec4 key = rank_key(v);
             if (may_enter(max(max(key.x, key.y), max(key.z, key.w)), floor_key)) {
                 q1 = uvec4(q0.w, q1.xyz);
                 q0 = uvec4(i, q0.xyz);
@@ -290,19 +305,33 @@ void list_pass(uint row, uint begin, uint blocks_end, uint end, uint floor_key) 
         floor_key = raised_floor(floor_key);
     }
     for (uint i = blocks_end + gl_LocalInvocationID.x; i < end; i += gl_WorkGroupSize.x) {
-        list_offer(rank_key(X(base + i)), i);
+        float v = X(base + i);
+        if (stats) {
+#if FUSED
+            stats_add(s, v);
+#else
+            bad |= is_bad(v);
+#endif
+        }
+        list_offer(rank_key(v), i);
     }
+#if FUSED
+    if (stats) { m = s.m; l = stats_sum(s); bad = s.bad; }
+#endif
 }
 
 // Elements [begin, end) of row `row` (indices relative to the row) into the list and the
-// statistics, in two passes (the second mostly from cache): the floor of the first
-// leaves the second few elements to insert.
+// statistics. FLOOR_PASS 1 (the host's choice for devices that run branches under a
+// mask, topk_steps.uses_floor_pass): two passes over the workgroup's chunk, the second
+// from cache, where the floor of the first leaves the second few insertions; 0: one pass
+// that reads each element once, the floor rising as the lists fill.
 void scan(bool single, uint row, uint begin, uint end, inout float m, inout float l,
           inout uint bad) {
     uint step = 4u * gl_WorkGroupSize.x;
     uint blocks_end = begin + (end - begin) / step * step;
-    uint floor_key = first_pass(single, row, begin, blocks_end, end, m, l, bad);
-    list_pass(row, begin, blocks_end, end, floor_key);
+    uint floor_key = 0u;
+    if (FLOOR_PASS != 0u) floor_key = first_pass(single, row, begin, blocks_end, end, m, l, bad);
+    list_pass(row, begin, blocks_end, end, floor_key, m, l, bad);
 }
 
 uint part_base(uint row, uint c) { return (row * pc.nchunks + c) * (4u + 2u * pc.k); }

@@ -277,3 +277,20 @@ def test_floor_counts_k_exactly(device, rng, per_invocation, rows):
         x[1, n - 1] = 40.0  # the k-th in the last block of some invocation
     check_topk(x, k, vkcore.topk(x, k, device=device))
     check_softmax_topk(x, k, vkcore.softmax_topk(x, k, device=device))
+
+
+def test_the_one_pass_select_of_gpus(device, rng, monkeypatch):
+    """The select kernel as a GPU runs it (no floor pass: each element read once, the
+    floor rising as the lists fill), on the shapes and values that test the two-pass one."""
+    monkeypatch.setattr(topk_steps, "uses_floor_pass", lambda device: False)
+    x = logits(rng, (6, 9_001))
+    x[1, ::3] = -np.inf
+    x[2, 5:900] = np.nan
+    x[3] = np.round(x[3])  # ties
+    x[4] = np.sort(x[4])  # every element enters
+    for k in (1, 7, 40, 128):
+        check_topk(x, k, vkcore.topk(x, k, device=device))
+        check_softmax_topk(x, k, vkcore.softmax_topk(x, k, device=device))
+    long_row = logits(rng, (1, 300_000))  # split into chunks, merged
+    check_topk(long_row, 40, vkcore.topk(long_row, 40, device=device))
+    check_softmax_topk(long_row, 40, vkcore.softmax_topk(long_row, 40, device=device))
