@@ -64,9 +64,13 @@ def test_quick_json_has_every_comparison_and_sample(quick_json):
         "softmax_vs_numpy_resident",
         "log_softmax_vs_numpy",
         "tiny_overhead",
+        "softmax_topk_vs_numpy",
+        "softmax_topk_vs_two_calls_resident",
+        "sequence_vs_separate",
+        "sequence_replay",
     }
     if quick_json["quant_kernels"]:
-        expected |= {"int8_vs_fp32", "int8_vs_blas", "quantize_vs_numpy"}
+        expected |= {"int8_vs_fp32", "int8_vs_blas", "quantize_vs_numpy", "lm_head_step"}
     assert expected <= groups
     for c in quick_json["comparisons"]:
         assert set(c) >= COMPARISON_KEYS

@@ -194,6 +194,43 @@ def softmax_passes(
     return out
 
 
+def topk_rows(dev: Device, repeats: int, shape: tuple[int, int] = (64, 32_000)) -> dict[str, Any]:
+    """Device time of ``topk`` and ``softmax_topk`` over resident rows of random, ascending
+    and constant values for a few k (the select kernel's costs), and the wall time of one
+    k past the select kernel (the sort) against numpy's full argsort."""
+    rng = np.random.default_rng(0)
+    random = rng.standard_normal(shape, dtype=np.float32)
+    rows = {
+        "random": random,
+        "ascending": np.sort(random, axis=-1),
+        "constant": np.ones(shape, np.float32),
+    }
+    out: dict[str, Any] = {"probe": "topk_rows", "shape": list(shape), "device_ms": {}}
+    from .kernels import topk_steps
+
+    beyond = topk_steps.select_k_max(dev) + 1
+    for name, values in rows.items():
+        x = vkcore.asarray(values, device=dev)
+        try:
+            for k in (1, 40, 128, 129):
+                for fn in (vkcore.topk, vkcore.softmax_topk):
+                    ms = []
+                    for _ in range(repeats + 1):  # the first warms up
+                        fn(x, k)
+                        ms.append(dev.submitter.last_device_seconds or float("nan"))
+                    out["device_ms"][f"{fn.__name__} k={k} {name}"] = _median_ms(ms[1:])
+        finally:
+            assert x.buffer is not None
+            x.buffer.destroy()
+    start = time.perf_counter()
+    vkcore.topk(random, beyond, device=dev)
+    out["sort_k"], out["sort_s"] = beyond, time.perf_counter() - start
+    start = time.perf_counter()
+    np.argsort(-random, axis=-1, kind="stable")
+    out["numpy_argsort_s"] = time.perf_counter() - start
+    return out
+
+
 def run_probes(dev: Device, repeats: int = 7) -> list[dict[str, Any]]:
     """Every probe on ``dev``, in a fixed order."""
     return [
@@ -201,6 +238,7 @@ def run_probes(dev: Device, repeats: int = 7) -> list[dict[str, Any]]:
         blas_spin(dev, repeats),
         dequantize(dev, repeats),
         softmax_passes(dev, repeats),
+        topk_rows(dev, repeats),
     ]
 
 
@@ -229,6 +267,14 @@ def format_probes(results: list[dict[str, Any]]) -> str:
                 head = f"  softmax {algorithm} {shape}, device ms per pass"
                 lines.append(f"{head}: {passes} = {total}")
             lines.append(f"  copy kernel, same access pattern, {shape}: {_ms(r['copy_ms'])} ms")
+        elif r["probe"] == "topk_rows":
+            shape = f"{r['shape'][0]}x{r['shape'][1]}"
+            for what, ms in r["device_ms"].items():
+                lines.append(f"  {what}, {shape}: {_ms(ms)} device ms")
+            lines.append(
+                f"  topk k={r['sort_k']} (sorted), {shape}: {r['sort_s']:.2f} s wall; numpy "
+                f"argsort of every row {r['numpy_argsort_s']:.2f} s"
+            )
         elif r["probe"] == "dequantize":
             lines.append(
                 f"  dequantize {r['shape'][0]}x{r['shape'][1]}: vkcore {r['vkcore_ms']:.1f} ms, "
