@@ -32,3 +32,33 @@ def assert_every_matvec_mode(device: vkcore.Device, w: np.ndarray, x: np.ndarray
     f32 = vkcore.F32Matrix(w, device=device)
     np.testing.assert_allclose(vkcore.matvec_f32(f32, x), w @ x, rtol=1e-5, atol=1e-5)
     f32.release()
+
+
+PROB_ATOL = 1e-6  # softmax_topk probabilities against the float64 reference
+
+
+def check_topk(x, k, got, axis=-1):
+    """topk's (values, indices), numpy or Tensors, against vkcore.reference.topk: indices
+    exactly, values bit for bit (NaN payloads and the sign of zero included)."""
+    values, indices = got
+    if isinstance(values, vkcore.Tensor):
+        values, indices = values.numpy(), indices.numpy()
+    ref_v, ref_i = reference.topk(x, k, axis=axis)
+    assert indices.dtype == np.int64 and values.dtype == np.float32
+    assert indices.shape == ref_i.shape and values.shape == ref_v.shape
+    np.testing.assert_array_equal(indices, ref_i)
+    np.testing.assert_array_equal(values.view(np.uint32), ref_v.view(np.uint32))
+
+
+def check_softmax_topk(x, k, got):
+    """softmax_topk's (probs, indices), numpy or Tensors: indices exactly, NaN where the
+    reference has NaN, probabilities within PROB_ATOL."""
+    probs, indices = got
+    if isinstance(probs, vkcore.Tensor):
+        probs, indices = probs.numpy(), indices.numpy()
+    ref_p, ref_i = reference.softmax_topk(x, k)
+    np.testing.assert_array_equal(indices, ref_i)
+    assert probs.dtype == np.float32
+    np.testing.assert_array_equal(np.isnan(probs), np.isnan(ref_p))
+    fin = ~np.isnan(ref_p)
+    assert np.abs(probs[fin].astype(np.float64) - ref_p[fin]).max(initial=0) <= PROB_ATOL

@@ -18,20 +18,20 @@ from vkcore import commands
 class FakeBuffer:
     """What Hazards reads of a Buffer; told apart by identity, as Buffers are."""
 
-    def __init__(self, name, host, placeholder):
-        self.name, self.placeholder = name, placeholder
+    def __init__(self, name, host):
+        self.name = name
         self.array = object() if host else None  # a HostBuffer's imported array
 
 
-def buf(name, *, host=False, placeholder=False):
-    return FakeBuffer(name, host, placeholder)
+def buf(name, *, host=False):
+    return FakeBuffer(name, host)
 
 
 def step(*bindings):
-    """A fake Dispatch: (buffer, writable) per binding."""
+    """A fake Dispatch: (buffer, access) per binding."""
     return SimpleNamespace(
         buffers=tuple(b for b, _ in bindings),
-        pipeline=SimpleNamespace(writable=tuple(w for _, w in bindings)),
+        pipeline=SimpleNamespace(access=tuple(a for _, a in bindings)),
     )
 
 
@@ -41,7 +41,7 @@ def barriers(*steps):
 
 
 A, B, C = buf("a"), buf("b"), buf("c")
-R, W = False, True
+R, W, NONE = "read", "write", "none"
 
 
 @pytest.mark.parametrize(
@@ -74,9 +74,11 @@ def test_independent_steps_need_none():
     assert got == [False] * 16
 
 
-def test_placeholders_never_order():
-    p = buf("placeholder", placeholder=True)
-    assert barriers(step((A, R), (p, W)), step((B, R), (p, W)), step((p, R))) == [False] * 3
+def test_bindings_the_code_never_names_order_nothing():
+    p = buf("placeholder")
+    assert barriers(step((A, R), (p, NONE)), step((B, R), (p, NONE)), step((p, R))) == [False] * 3
+    # but one the code names behind a runtime flag counts, as the validation layer counts it
+    assert barriers(step((A, R), (p, W)), step((B, R), (p, R))) == [False, True]
 
 
 def test_host_imports_may_alias():
@@ -190,3 +192,54 @@ def test_the_validation_layer_checks_synchronization(barriers):
     else:
         assert out.returncode != 0
         assert "SYNC-HAZARD-READ-AFTER-WRITE" in out.stderr
+
+
+def test_static_use_is_reflected(device):
+    """A binding the shader declares but never names has access "none"; one it names
+    only behind a push-constant flag still counts."""
+    src = """#version 450
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) readonly buffer X { float x[]; };
+layout(std430, binding = 1) buffer Y { float y[]; };
+layout(std430, binding = 2) buffer Unused { float unused[]; };
+layout(std430, binding = 3) writeonly buffer Flagged { float flagged[]; };
+layout(push_constant) uniform P { uint n; uint flag; } pc;
+void main() {
+    uint i = gl_GlobalInvocationID.x;
+    if (i < pc.n) y[i] = x[i];
+    if (pc.flag != 0u && i == 0u) flagged[0] = 1.0;
+}
+"""
+    prog = vkcore.Program(src, device=device)
+    assert [b.access for b in prog.bindings] == ["read", "write", "none", "write"]
+    assert prog.pipeline.access == ("read", "write", "none", "write")
+
+
+def test_kernels_sharing_the_placeholder_are_ordered_as_the_layer_sees_them(device, rng):
+    """topk binds the shared placeholder to a status slot its code writes behind a flag,
+    matvec to a bias slot its code reads behind one: in one sequence (either order) the
+    validation layer sees a write and a read of one buffer, so a barrier goes between."""
+    qt = vkcore.quantize((rng.standard_normal((64, 256)) * 0.1).astype(np.float32), device=device)
+    x = vkcore.asarray(rng.standard_normal((2, 1000)).astype(np.float32), device=device)
+    h = vkcore.asarray(rng.standard_normal(256).astype(np.float32), device=device)
+    for order in ("topk first", "matvec first"):
+        with vkcore.sequence(device=device):
+            if order == "topk first":
+                _, idx = vkcore.topk(x, 5)
+                y = vkcore.matvec(qt, h)
+            else:
+                y = vkcore.matvec(qt, h)
+                _, idx = vkcore.topk(x, 5)
+        np.testing.assert_array_equal(idx.numpy(), vkcore.reference.topk(x.numpy(), 5)[1])
+        np.testing.assert_array_equal(y.numpy(), vkcore.matvec(qt, h.numpy()))
+    qt.release()
+
+
+def test_sixteen_softmax_calls_have_no_barrier_between_them(device, rng, recorded_barriers):
+    xs = [vkcore.asarray(rng.standard_normal((1, 256)).astype(np.float32), device=device)]
+    xs *= 16
+    recorded_barriers.clear()
+    with vkcore.sequence(device=device):
+        outs = [vkcore.softmax(x) for x in xs]
+    assert recorded_barriers == [2]
+    np.testing.assert_allclose(outs[-1].numpy(), vkcore.reference.softmax(xs[0].numpy()), atol=1e-6)

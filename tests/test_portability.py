@@ -37,6 +37,15 @@ def test_no_portability_flag_without_the_extension(validation):
     assert names == ([inst.DEBUG_UTILS] if validation else [])
 
 
+@pytest.mark.parametrize("validation", [False, True])
+def test_validation_features_only_with_validation_where_the_layer_offers_them(validation):
+    loader = {inst.DEBUG_UTILS}
+    names, _ = inst.instance_extensions(loader, validation, {inst.VALIDATION_FEATURES})
+    assert (inst.VALIDATION_FEATURES in names) == validation
+    names, _ = inst.instance_extensions(loader, validation, set())
+    assert inst.VALIDATION_FEATURES not in names
+
+
 # ------------------------------------------------------------ instance, create info
 class _Captured(Exception):
     pass
@@ -85,8 +94,10 @@ def test_a_loader_without_it_gets_neither(monkeypatch):
 def test_the_real_instance_records_what_it_enabled(device):
     """On this loader: exactly the pure function's choice, under the validation layer (the
     device fixture fails the test on any message)."""
+    instance = device.instance
+    offers = instance._layer_extensions(inst.VALIDATION_LAYER) if instance.validation else ()
     names, flags = inst.instance_extensions(
-        device.instance._available_extensions(), device.instance.validation
+        instance._available_extensions(), instance.validation, offers
     )
     assert device.instance.enabled_extensions == names
     assert device.instance.create_flags == flags
@@ -103,7 +114,8 @@ def test_an_instance_without_portability_still_lists_this_device(monkeypatch):
         lambda self: set(),  # an older loader: no portability enumeration offered
     )
     with vkcore.Device(validation=True) as dev:
-        assert dev.instance.enabled_extensions == [inst.DEBUG_UTILS]
+        features = [inst.VALIDATION_FEATURES] if dev.instance.sync_validation else []
+        assert dev.instance.enabled_extensions == [inst.DEBUG_UTILS, *features]
         assert dev.instance.create_flags == 0
         assert dev.validation_messages == []
 

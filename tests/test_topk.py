@@ -3,32 +3,11 @@ values bit for bit, probabilities within 1e-6 of the float64 reference."""
 
 import numpy as np
 import pytest
+from checks import PROB_ATOL, check_softmax_topk, check_topk
 
 import vkcore
 from vkcore import reference
 from vkcore.kernels import topk_steps
-
-PROB_ATOL = 1e-6
-
-
-def check_topk(x, k, got, axis=-1):
-    values, indices = got
-    ref_v, ref_i = reference.topk(x, k, axis=axis)
-    assert indices.dtype == np.int64 and values.dtype == np.float32
-    assert indices.shape == ref_i.shape and values.shape == ref_v.shape
-    np.testing.assert_array_equal(indices, ref_i)
-    # bit for bit (NaN payloads and the sign of zero included)
-    np.testing.assert_array_equal(values.view(np.uint32), ref_v.view(np.uint32))
-
-
-def check_softmax_topk(x, k, got):
-    probs, indices = got
-    ref_p, ref_i = reference.softmax_topk(x, k)
-    np.testing.assert_array_equal(indices, ref_i)
-    assert probs.dtype == np.float32
-    np.testing.assert_array_equal(np.isnan(probs), np.isnan(ref_p))
-    fin = ~np.isnan(ref_p)
-    assert np.abs(probs[fin].astype(np.float64) - ref_p[fin]).max(initial=0) <= PROB_ATOL
 
 
 def logits(rng, shape, scale=3.0):

@@ -98,7 +98,6 @@ class Buffer(Held):
     # True for long-lived buffers (pooled, placeholders): the submitter may keep a recorded
     # command buffer that references them, dropped when the buffer is destroyed.
     reusable = False
-    placeholder = False  # bound to slots a variant never touches: orders no dispatch
     # A leased buffer (BufferPool.lease) goes back to its pool instead of being destroyed.
     _return_to: ReturnTo | None = None
     # Where the memory went (a choice of Device.placement(purpose)); None for imports.

@@ -106,9 +106,11 @@ def barrier(
 class Hazards:
     """The buffers steps since the last barrier read and wrote, to tell whether the next
     step needs one: it does when it reads or writes what they wrote, or writes what they
-    read. Buffers are told apart by identity (each Buffer has memory of its own), except
-    host-memory imports, which may share pages and so count as one buffer; placeholders
-    (``Buffer.placeholder``, bound to slots a variant never touches) count as none."""
+    read. A binding's access is what its shader code may do (``Pipeline.access``: one the
+    code never names is none, whatever runs; one it names behind a runtime flag counts),
+    which is also what the validation layer's synchronization check counts. Buffers are
+    told apart by identity (each Buffer has memory of its own), except host-memory
+    imports, which may share pages and so count as one buffer."""
 
     _HOST = "host memory"
 
@@ -124,9 +126,9 @@ class Hazards:
         """Whether ``d`` must wait for the earlier steps; it is counted in either case
         (after a barrier, alone)."""
         reads, writes = set(), set()
-        for buf, writable in zip(d.buffers, d.pipeline.writable, strict=True):
-            if not buf.placeholder:
-                (writes if writable else reads).add(self._key(buf))
+        for buf, access in zip(d.buffers, d.pipeline.access, strict=True):
+            if access != "none":
+                (writes if access == "write" else reads).add(self._key(buf))
         hazard = not self.written.isdisjoint(reads | writes) or not self.read.isdisjoint(writes)
         if hazard:
             self.read.clear()

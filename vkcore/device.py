@@ -121,7 +121,7 @@ class Device(DeviceContext):
         push_size: int,
         spec: Mapping[int, int | float],
         texel: Mapping[int, str],
-        writable: Sequence[bool] | None = None,
+        access: Sequence[str] | None = None,
     ) -> Pipeline:
         """The pipeline of a :class:`vkcore.Program` (a user's or a built-in kernel's):
         created once per SPIR-V, specialization, layout and texel formats, through the
@@ -145,7 +145,7 @@ class Device(DeviceContext):
                 spec,
                 texel,
                 cache=self.pipeline_cache,
-                writable=writable,
+                access=access,
             ),
         )
 

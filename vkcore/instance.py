@@ -32,11 +32,16 @@ _V12 = 1 << 22 | 2 << 12
 _V13 = 1 << 22 | 3 << 12
 
 
-def instance_extensions(available: Iterable[str], validation: bool) -> tuple[list[str], int]:
+def instance_extensions(
+    available: Iterable[str], validation: bool, layer_offers: Iterable[str] = ()
+) -> tuple[list[str], int]:
     """The instance extensions to enable and the VkInstanceCreateInfo flags, from what the
-    loader offers: debug utils with validation, portability enumeration (with its flag)
-    wherever the loader offers it."""
+    loader offers: debug utils with validation (and validation features, for
+    synchronization validation, where the layer offers them: ``layer_offers``),
+    portability enumeration (with its flag) wherever the loader offers it."""
     names = [DEBUG_UTILS] if validation else []
+    if validation and VALIDATION_FEATURES in set(layer_offers):
+        names.append(VALIDATION_FEATURES)
     flags = 0
     if PORTABILITY_ENUMERATION in set(available):
         names.append(PORTABILITY_ENUMERATION)
@@ -108,11 +113,10 @@ class Instance:
 
     def _sync_validation(self, keep: vkapi.Keep, extensions: list[str]) -> Any:
         """VkValidationFeaturesEXT asking the layer to check synchronization too (a
-        missing barrier between dependent dispatches is then an error), with its
-        extension added to ``extensions``; None where the layer does not offer it."""
-        if VALIDATION_FEATURES not in self._layer_extensions(VALIDATION_LAYER):
+        missing barrier between dependent dispatches is then an error); None where the
+        layer's extension is not among ``extensions``."""
+        if VALIDATION_FEATURES not in extensions:
             return None
-        extensions.append(VALIDATION_FEATURES)
         enables = keep.new(
             "VkValidationFeatureEnableEXT[1]",
             [vkapi.flag("VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT")],
@@ -141,9 +145,7 @@ class Instance:
         ffi, lib = self.ffi, self.lib
         keep = vkapi.Keep()
         layers: list[str] = []
-        extensions, flags = instance_extensions(self._available_extensions(), self.validation)
-        messenger_info = None
-        chain = ffi.NULL  # VkInstanceCreateInfo.pNext
+        layer_offers: set[str] = set()
         if self.validation:
             if VALIDATION_LAYER not in self._available_layers():
                 raise VulkanError(
@@ -152,6 +154,13 @@ class Instance:
                     f"{VALIDATION_LAYER} is not installed (Debian: vulkan-validationlayers)",
                 )
             layers.append(VALIDATION_LAYER)
+            layer_offers = self._layer_extensions(VALIDATION_LAYER)
+        extensions, flags = instance_extensions(
+            self._available_extensions(), self.validation, layer_offers
+        )
+        messenger_info = None
+        chain = ffi.NULL  # VkInstanceCreateInfo.pNext
+        if self.validation:
             self._callback = ffi.callback("PFN_vkDebugUtilsMessengerCallbackEXT", self._on_message)
             messenger_info = keep.struct(
                 "VkDebugUtilsMessengerCreateInfoEXT",

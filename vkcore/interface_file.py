@@ -41,7 +41,17 @@ def digest(code: bytes) -> str:
 def to_json(iface: reflect.Interface) -> dict[str, Any]:
     return {
         "bindings": [
-            [b.set, b.binding, b.kind, b.name, b.readonly, b.writeonly, b.fixed_bytes, b.stride]
+            [
+                b.set,
+                b.binding,
+                b.kind,
+                b.name,
+                b.readonly,
+                b.writeonly,
+                b.fixed_bytes,
+                b.stride,
+                b.used,
+            ]
             for b in iface.bindings
         ],
         "push": [[m.name, m.offset, m.kind, m.count] for m in iface.push],
@@ -107,7 +117,7 @@ def from_json(entry: Any) -> reflect.Interface:
 
 
 def _binding(raw: Any) -> reflect.Binding:
-    set_, binding, kind, name, readonly, writeonly, fixed, stride = _list(raw, 8)
+    set_, binding, kind, name, readonly, writeonly, fixed, stride, used = _list(raw, 9)
     if kind not in _KINDS:
         raise ValueError(f"unknown binding kind {kind!r}")
     return reflect.Binding(
@@ -119,6 +129,7 @@ def _binding(raw: Any) -> reflect.Binding:
         _bool(writeonly),
         _uint(fixed),
         _uint(stride),
+        _bool(used),
     )
 
 

@@ -54,7 +54,7 @@ class Pipeline:
         texel: Mapping[int, str],
         *,
         cache: PipelineCache,
-        writable: Sequence[bool] | None = None,
+        access: Sequence[str] | None = None,
     ) -> None:
         self.device = device
         self.cache = cache
@@ -63,10 +63,10 @@ class Pipeline:
         self.bindings = tuple(bindings)
         self.buffers = len(self.bindings)
         self.binding_numbers = tuple(b for b, _ in self.bindings)
-        # Per binding: whether the shader may write it (not readonly); unknown is written.
-        self.writable = tuple(writable) if writable is not None else (True,) * self.buffers
-        if len(self.writable) != self.buffers:
-            raise ValueError(f"writable names {len(self.writable)} bindings, not {self.buffers}")
+        # Per binding: "none", "read" or "write" (reflect.Binding.access); unknown is written.
+        self.access = tuple(access) if access is not None else ("write",) * self.buffers
+        if len(self.access) != self.buffers:
+            raise ValueError(f"access names {len(self.access)} bindings, not {self.buffers}")
         self._types = dict(self.bindings)
         self.texel = dict(texel)
         self.push_size = push_size

@@ -166,7 +166,7 @@ class Program:
             push_size=self.interface.push_size,
             spec=self.spec,
             texel=self.texel,
-            writable=tuple(b.writable for b in self.bindings),
+            access=tuple(b.access for b in self.bindings),
         )
 
     # ------------------------------------------------------------------ a dispatch

@@ -22,7 +22,9 @@ _OP_TYPE_MATRIX, _OP_TYPE_IMAGE, _OP_TYPE_SAMPLED_IMAGE = 24, 25, 27
 _OP_TYPE_ARRAY, _OP_TYPE_RUNTIME_ARRAY, _OP_TYPE_STRUCT, _OP_TYPE_POINTER = 28, 29, 30, 32
 _OP_CONSTANT, _OP_SPEC_TRUE, _OP_SPEC_FALSE, _OP_SPEC, _OP_SPEC_COMPOSITE = 43, 48, 49, 50, 51
 _OP_CONSTANT_COMPOSITE, _OP_VARIABLE, _OP_DECORATE, _OP_MEMBER_DECORATE = 44, 59, 71, 72
-_OP_EXECUTION_MODE_ID = 331
+_OP_EXECUTION_MODE_ID, _OP_FUNCTION = 331, 54
+_TYPE_OPS = frozenset((20, 21, 22, 23, 24, 25, 27, 28, 29, 30, 32))  # OpTypeBool .. Pointer
+_CONSTANT_OPS = frozenset((43, 44, 48, 49, 50, 51))  # OpConstant .. OpSpecConstantComposite
 # Decorations
 _SPEC_ID, _BLOCK, _BUFFER_BLOCK, _ARRAY_STRIDE, _BUILTIN = 1, 2, 3, 6, 11
 _NON_WRITABLE, _NON_READABLE, _BINDING, _DESCRIPTOR_SET, _OFFSET = 24, 25, 33, 34, 35
@@ -56,10 +58,17 @@ class Binding:
     writeonly: bool
     fixed_bytes: int = 0
     stride: int = 0
+    used: bool = True  # named by some instruction in a function: statically used
 
     @property
     def writable(self) -> bool:
         return not self.readonly
+
+    @property
+    def access(self) -> str:
+        """What a dispatch may do to the bound buffer, as the validation layer counts it:
+        "none" (never named in the code), "read" (readonly) or "write"."""
+        return "none" if not self.used else "read" if self.readonly else "write"
 
 
 @dataclass(frozen=True)
@@ -112,6 +121,7 @@ class _Module:
     local_size: tuple[int, int, int] | None = None
     local_size_ids: tuple[int, int, int] | None = None
     entry_point: str = ""
+    used: set[int] = field(default_factory=set)  # ids the functions' instructions name
 
 
 def _string(words: list[int]) -> str:
@@ -125,12 +135,16 @@ def _parse(code: bytes) -> _Module:
     words = struct.unpack(f"<{len(code) // 4}I", code)
     if words[0] != 0x07230203:
         raise ReflectionError(f"not SPIR-V (magic 0x{words[0]:08x}; big-endian is not read)")
-    mod, at = _Module(), 5
+    mod, at, in_functions = _Module(), 5, False
     while at < len(words):
         count, op = words[at] >> 16, words[at] & 0xFFFF
         if count == 0 or at + count > len(words):
             raise ReflectionError(f"SPIR-V instruction at word {at} runs past the end")
-        _record(mod, op, list(words[at + 1 : at + count]))
+        in_functions = in_functions or op == _OP_FUNCTION
+        if in_functions:  # every operand word, literals too: a superset of the uses
+            mod.used.update(words[at + 1 : at + count])
+        else:
+            _record(mod, op, list(words[at + 1 : at + count]))
         at += count
     return mod
 
@@ -151,28 +165,9 @@ def _record(mod: _Module, op: int, args: list[int]) -> None:  # noqa: C901 - one
             mod.local_size = (args[2], args[3], args[4])
         elif args[1] == _LOCAL_SIZE_ID:
             mod.local_size_ids = (args[2], args[3], args[4])
-    elif op in (
-        _OP_TYPE_BOOL,
-        _OP_TYPE_INT,
-        _OP_TYPE_FLOAT,
-        _OP_TYPE_VECTOR,
-        _OP_TYPE_MATRIX,
-        _OP_TYPE_IMAGE,
-        _OP_TYPE_SAMPLED_IMAGE,
-        _OP_TYPE_ARRAY,
-        _OP_TYPE_RUNTIME_ARRAY,
-        _OP_TYPE_STRUCT,
-        _OP_TYPE_POINTER,
-    ):
+    elif op in _TYPE_OPS:
         mod.types[args[0]] = (op, args[1:])
-    elif op in (
-        _OP_CONSTANT,
-        _OP_CONSTANT_COMPOSITE,
-        _OP_SPEC,
-        _OP_SPEC_TRUE,
-        _OP_SPEC_FALSE,
-        _OP_SPEC_COMPOSITE,
-    ):
+    elif op in _CONSTANT_OPS:
         mod.constants[args[1]] = (op, args[0], args[2:])
     elif op == _OP_VARIABLE:
         mod.variables.append((args[0], args[1], args[2]))
@@ -285,7 +280,8 @@ def _binding(mod: _Module, var_id: int, storage: int, target: int, binding: int)
         readonly, writeonly = _block_access(mod, var_id, target, len(args))
         fixed, stride = _block_extent(mod, target, args)
         name = mod.names.get(var_id) or mod.names.get(target, "")
-        return Binding(dset, binding, kind, name, readonly, writeonly, fixed, stride)
+        used = var_id in mod.used
+        return Binding(dset, binding, kind, name, readonly, writeonly, fixed, stride, used)
     if op == _OP_TYPE_SAMPLED_IMAGE:
         op, args = mod.types[args[0]]
     if op == _OP_TYPE_IMAGE and args[1] == _DIM_BUFFER:
@@ -293,7 +289,8 @@ def _binding(mod: _Module, var_id: int, storage: int, target: int, binding: int)
         kind = UNIFORM_TEXEL_BUFFER if sampled == 1 else STORAGE_TEXEL_BUFFER
         readonly = sampled == 1 or _decoration(mod, var_id, _NON_WRITABLE) is not None
         writeonly = _decoration(mod, var_id, _NON_READABLE) is not None
-        return Binding(dset, binding, kind, mod.names.get(var_id, ""), readonly, writeonly)
+        name, used = mod.names.get(var_id, ""), var_id in mod.used
+        return Binding(dset, binding, kind, name, readonly, writeonly, used=used)
     raise ReflectionError(f"binding {binding}: a descriptor kind compute kernels here do not use")
 
 

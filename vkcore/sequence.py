@@ -28,8 +28,9 @@ Rules:
   in flight.
 * An exception inside the ``with`` block discards the recording: nothing is submitted,
   and the Tensors its calls returned hold undefined data (they were never computed).
-* Consecutive steps are separated by a full compute barrier (every step may read what an
-  earlier one wrote); sequences are not timed (no timestamps).
+* A barrier goes before a step only where it reads or writes what an earlier step wrote,
+  or writes what one read (``commands.Hazards``); sequences are not timed (no
+  timestamps).
 """
 
 from __future__ import annotations

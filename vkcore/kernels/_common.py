@@ -121,7 +121,6 @@ def dummy_buffer(device: Device) -> Buffer:
     if buf is None or not buf.alive:
         buf = Buffer(device, 256)
         buf.reusable = True  # lives as long as the device: recorded commands may keep it
-        buf.placeholder = True
         _dummies[device] = buf
     return buf
 
