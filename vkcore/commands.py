@@ -125,7 +125,8 @@ class Hazards:
     def needs_barrier(self, d: Dispatch) -> bool:
         """Whether ``d`` must wait for the earlier steps; it is counted in either case
         (after a barrier, alone)."""
-        reads, writes = set(), set()
+        reads: set[Any] = set()
+        writes: set[Any] = set()
         for buf, access in zip(d.buffers, d.pipeline.access, strict=True):
             if access != "none":
                 (writes if access == "write" else reads).add(self._key(buf))

@@ -39,7 +39,7 @@ log = logging.getLogger("vkcore")
 try:
     import _signal as _raw_signal
 except ImportError:  # pragma: no cover - another Python implementation
-    _raw_signal = signal  # type: ignore[assignment]
+    _raw_signal = signal
 
 
 @contextlib.contextmanager
