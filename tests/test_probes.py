@@ -50,16 +50,38 @@ def test_bench_probes_command_prints_every_probe(monkeypatch, capsys):
 
     page_faults, blas_spin = probes.page_faults, probes.blas_spin
     dequantize, softmax_passes = probes.dequantize, probes.softmax_passes
+    topk_rows, lm_head_matvec = probes.topk_rows, probes.lm_head_matvec
     small = {
         "page_faults": lambda repeats: page_faults(repeats, nbytes=1 << 20),
         "blas_spin": lambda dev, repeats: blas_spin(dev, repeats, shape=(64, 256)),
         "dequantize": lambda dev, repeats: dequantize(dev, repeats, shape=(64, 256)),
         "softmax_passes": lambda dev, repeats: softmax_passes(dev, repeats, (8, 512)),
+        "topk_rows": lambda dev, repeats: topk_rows(dev, repeats, (2, 1000)),
+        "lm_head_matvec": lambda dev, repeats: lm_head_matvec(dev, repeats, (64, 256)),
     }
     for name, f in small.items():
         monkeypatch.setattr(probes, name, f)
     code = main(["bench", "--probes", "--repeats", "1"])
     out, err = capsys.readouterr()
     assert code == 0, err
-    for text in ("first touch costs", "right after numpy W @ x", "dequantize 64x256", "per pass"):
+    for text in (
+        "first touch costs",
+        "right after numpy W @ x",
+        "dequantize 64x256",
+        "per pass",
+        "topk k=40 ascending, 2x1000",
+        "INT8 matvec 64x256 (the LM head)",
+    ):
         assert text in out
+
+
+def test_topk_and_lm_head_probes_time_what_they_name(device):
+    from vkcore.kernels import topk_steps
+
+    r = probes.topk_rows(device, 1, shape=(2, 1000))
+    assert len(r["device_ms"]) == 3 * 4 * 2  # row orders x k x (topk, softmax_topk)
+    assert _positive(*r["device_ms"].values(), r["sort_s"], r["numpy_argsort_s"])
+    assert r["sort_k"] == topk_steps.select_k_max(device) + 1
+    m = probes.lm_head_matvec(device, 1, shape=(64, 256))
+    assert _positive(m["device_ms"], m["weight_gb_per_s"])
+    assert math.isclose(m["weight_gb_per_s"], 64 * 256 / m["device_ms"] / 1e6)

@@ -208,7 +208,7 @@ def topk_rows(dev: Device, repeats: int, shape: tuple[int, int] = (64, 32_000)) 
     out: dict[str, Any] = {"probe": "topk_rows", "shape": list(shape), "device_ms": {}}
     from .kernels import topk_steps
 
-    beyond = topk_steps.select_k_max(dev) + 1
+    beyond = min(topk_steps.select_k_max(dev) + 1, shape[1])
     for name, values in rows.items():
         x = vkcore.asarray(values, device=dev)
         try:
@@ -231,6 +231,31 @@ def topk_rows(dev: Device, repeats: int, shape: tuple[int, int] = (64, 32_000)) 
     return out
 
 
+def lm_head_matvec(
+    dev: Device, repeats: int, shape: tuple[int, int] = (32_000, 4096)
+) -> dict[str, Any]:
+    """Device time of the LM head's INT8 matvec alone (per-channel weights, float
+    activations), and the weight bytes it reads per second."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal(shape, dtype=np.float32) * np.float32(0.05)
+    h = vkcore.asarray(rng.standard_normal(shape[1], dtype=np.float32), device=dev)
+    qt = vkcore.quantize(w, device=dev)
+    try:
+        ms = []
+        for _ in range(repeats + 1):  # the first warms up
+            vkcore.matvec(qt, h)
+            ms.append(dev.submitter.last_device_seconds or float("nan"))
+        device_ms = _median_ms(ms[1:])
+    finally:
+        qt.release()
+    return {
+        "probe": "lm_head_matvec",
+        "shape": list(shape),
+        "device_ms": device_ms,
+        "weight_gb_per_s": shape[0] * shape[1] / device_ms / 1e6,
+    }
+
+
 def run_probes(dev: Device, repeats: int = 7) -> list[dict[str, Any]]:
     """Every probe on ``dev``, in a fixed order."""
     return [
@@ -239,6 +264,7 @@ def run_probes(dev: Device, repeats: int = 7) -> list[dict[str, Any]]:
         dequantize(dev, repeats),
         softmax_passes(dev, repeats),
         topk_rows(dev, repeats),
+        lm_head_matvec(dev, repeats),
     ]
 
 
@@ -274,6 +300,11 @@ def format_probes(results: list[dict[str, Any]]) -> str:
             lines.append(
                 f"  topk k={r['sort_k']} (sorted), {shape}: {r['sort_s']:.2f} s wall; numpy "
                 f"argsort of every row {r['numpy_argsort_s']:.2f} s"
+            )
+        elif r["probe"] == "lm_head_matvec":
+            lines.append(
+                f"  INT8 matvec {r['shape'][0]}x{r['shape'][1]} (the LM head): "
+                f"{_ms(r['device_ms'])} device ms, {r['weight_gb_per_s']:.1f} GB/s of weights"
             )
         elif r["probe"] == "dequantize":
             lines.append(
