@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -281,3 +282,35 @@ def test_a_sequence_released_inside_its_block_submits_nothing(device, rng, submi
     with pytest.raises(RuntimeError, match="nothing to replay"):
         seq.run()
     np.testing.assert_allclose(vkcore.softmax(xt).numpy(), reference.softmax(xt.numpy()), atol=ATOL)
+
+
+def test_device_seconds_of_a_sequence(device, rng):
+    """Timestamps around the steps: positive, within the wall time, renewed by a replay,
+    None before submission and after release."""
+    x = vkcore.asarray(_x(rng, (64, 4096)), device=device)
+    with vkcore.sequence(device=device, wait=False) as seq:
+        probs = vkcore.softmax(x)
+        vkcore.log_softmax(probs)
+        assert seq.device_seconds is None  # recording: nothing ran
+    start = time.perf_counter()
+    first = seq.device_seconds  # waits for the submission
+    wall = time.perf_counter() - start
+    assert first is not None and first > 0
+    assert seq.state == "done"
+    start = time.perf_counter()
+    seq.run()
+    replay_wall = time.perf_counter() - start
+    again = seq.device_seconds
+    assert again is not None and 0 < again <= replay_wall
+    assert first <= wall + replay_wall + 1.0  # no stale or garbage tick count
+    seq.release()
+    assert seq.device_seconds is None
+
+
+def test_device_seconds_is_none_without_timestamps(device, rng, monkeypatch):
+    monkeypatch.setattr(device.submitter, "timestamps", False)
+    x = vkcore.asarray(_x(rng), device=device)
+    with vkcore.sequence(device=device) as seq:
+        vkcore.softmax(x)
+    assert seq.device_seconds is None
+    seq.release()

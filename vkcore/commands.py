@@ -188,6 +188,32 @@ def record_dispatches(
     vkapi.check(lib.vkEndCommandBuffer(cb), "vkEndCommandBuffer")
 
 
+def create_timestamp_pool(dev: DeviceContext) -> Any:
+    """A query pool of two timestamps (before and after a command buffer's steps)."""
+    keep = vkapi.Keep()
+    info = keep.struct(
+        "VkQueryPoolCreateInfo", queryType=vkapi.flag("VK_QUERY_TYPE_TIMESTAMP"), queryCount=2
+    )
+    pool = dev.ffi.new("VkQueryPool*")
+    call = "vkCreateQueryPool"
+    vkapi.check(dev.lib.vkCreateQueryPool(dev.handle, info, dev.ffi.NULL, pool), call)
+    return pool[0]
+
+
+def elapsed_seconds(dev: DeviceContext, pool: Any, out: Any) -> float:
+    """Seconds between the two timestamps of ``pool`` (``out``: a cffi uint64_t[2]),
+    waiting for them; the tick difference wraps at the queue's valid bits."""
+    flags = 0x1 | 0x2  # VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT
+    vkapi.check(
+        dev.lib.vkGetQueryPoolResults(dev.handle, pool, 0, 2, 16, out, 8, flags),
+        "vkGetQueryPoolResults",
+    )
+    bits = dev.timestamp_valid_bits
+    mask = (1 << bits) - 1 if bits < 64 else (1 << 64) - 1
+    ticks = (int(out[1]) - int(out[0])) & mask
+    return ticks * dev.info.timestamp_period * 1e-9
+
+
 def record_copy(
     dev: DeviceContext, cb: Any, src: Buffer, src_offset: int, dst: Buffer, dst_offset: int, n: int
 ) -> None:

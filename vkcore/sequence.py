@@ -25,12 +25,11 @@ Rules:
   or when it is collected): several sequences may be in flight, and a buffer a user
   releases meanwhile is freed once no sequence holds it. Each submission starts after
   every earlier one on the queue (a leading barrier), so a later call never races one
-  in flight.
+  in flight. ``seq.device_seconds`` is the device time of its latest submission.
 * An exception inside the ``with`` block discards the recording: nothing is submitted,
   and the Tensors its calls returned hold undefined data (they were never computed).
 * A barrier goes before a step only where it reads or writes what an earlier step wrote,
-  or writes what one read (``commands.Hazards``); sequences are not timed (no
-  timestamps).
+  or writes what one read (``commands.Hazards``).
 """
 
 from __future__ import annotations
@@ -74,6 +73,8 @@ class Sequence:
         self._cb: Any = None
         self._fence: Any = None
         self._fences: Any = None
+        self._queries: Any = None  # two timestamps around the steps, where the queue has them
+        self._stamps: Any = None
         self._submit: Any = None
         self._keep: Any = None
         self._lock = threading.RLock()  # wait and run: one thread at a time
@@ -138,7 +139,11 @@ class Sequence:
             self._cb = sub.allocate_command_buffer()
             if self.steps:
                 sub.descriptor_sets(self.steps, self._sets)
-            commands.record_dispatches(dev, self._cb, self.steps, self._sets, one_time=False)
+            if sub.timestamps:
+                self._queries = commands.create_timestamp_pool(dev)
+            commands.record_dispatches(
+                dev, self._cb, self.steps, self._sets, query_pool=self._queries, one_time=False
+            )
             self._keep = vkapi.Keep()
             cbs = self._keep.new("VkCommandBuffer[1]", [self._cb])
             self._submit = self._keep.struct(
@@ -182,6 +187,21 @@ class Sequence:
                 "vkWaitForFences",
             )
             self.state = _DONE
+
+    @property
+    def device_seconds(self) -> float | None:
+        """Device seconds of the latest submission (timestamps around its steps; waits
+        for it); None before it ran, after release, or where the queue has no
+        timestamps."""
+        if self.state == _SUBMITTED:
+            self.wait()
+        if self.state != _DONE or self._queries is None:
+            return None
+        dev = self.device
+        with dev.lock:
+            if self._stamps is None:
+                self._stamps = dev.ffi.new("uint64_t[2]")
+            return commands.elapsed_seconds(dev, self._queries, self._stamps)
 
     def run(self) -> None:
         """Replay the recorded work (on the buffers' current contents) and wait for it."""
@@ -231,7 +251,9 @@ class Sequence:
                     dev.submitter.free_command_buffer(self._cb)
                 if self._fence is not None:
                     dev.lib.vkDestroyFence(dev.handle, self._fence, dev.ffi.NULL)
-            self._cb = self._fence = self._submit = None
+                if self._queries is not None:
+                    dev.lib.vkDestroyQueryPool(dev.handle, self._queries, dev.ffi.NULL)
+            self._cb = self._fence = self._submit = self._queries = None
             dev.submitter.disown(self)
             held, self._held = self._held, {}
         for buf in held.values():

@@ -92,16 +92,7 @@ class Submitter(SequenceHooks):
         self.fence = fence[0]
         self.timestamps = dev.timestamp_valid_bits > 0
         if self.timestamps:
-            qinfo = keep.struct(
-                "VkQueryPoolCreateInfo",
-                queryType=vkapi.flag("VK_QUERY_TYPE_TIMESTAMP"),
-                queryCount=2,
-            )
-            pool = ffi.new("VkQueryPool*")
-            vkapi.check(
-                lib.vkCreateQueryPool(dev.handle, qinfo, ffi.NULL, pool), "vkCreateQueryPool"
-            )
-            self.query_pool = pool[0]
+            self.query_pool = commands.create_timestamp_pool(dev)
 
     def allocate_command_buffer(self) -> Any:
         """One primary command buffer from the (resettable) command pool."""
@@ -341,17 +332,7 @@ class Submitter(SequenceHooks):
         _raise_deferred(interrupted)
 
     def _elapsed(self) -> float:
-        dev = self.device
-        data = self._timestamps_out
-        flags = 0x1 | 0x2  # VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT
-        vkapi.check(
-            dev.lib.vkGetQueryPoolResults(dev.handle, self.query_pool, 0, 2, 16, data, 8, flags),
-            "vkGetQueryPoolResults",
-        )
-        bits = dev.timestamp_valid_bits
-        mask = (1 << bits) - 1 if bits < 64 else (1 << 64) - 1
-        ticks = (int(data[1]) - int(data[0])) & mask
-        return ticks * dev.info.timestamp_period * 1e-9
+        return commands.elapsed_seconds(self.device, self.query_pool, self._timestamps_out)
 
     # ------------------------------------------------------------------ copies
     def copy(self, src: Buffer, src_offset: int, dst: Buffer, dst_offset: int, nbytes: int) -> None:
