@@ -1,11 +1,14 @@
 #version 450
 // Top-k for small k (k <= KMAX, a specialization constant sizing private lists), and the
-// fused softmax + top-k (FUSED 1): the logits are read once, each invocation keeping a
-// running top-k list and the running softmax statistics (Milakov & Gimelshein 2018,
-// "Online normalizer calculation for softmax", the fused softmax + top-k algorithm).
+// fused softmax + top-k (FUSED 1): each invocation keeps a running top-k list and the
+// running softmax statistics (Milakov & Gimelshein 2018, "Online normalizer calculation
+// for softmax", the fused softmax + top-k algorithm). FLOOR_PASS 0 reads each element
+// once; FLOOR_PASS 1 (the host's choice on CPU devices) first reads the chunk for the
+// statistics and a key floor, then again, from cache, for the lists (see scan()).
 //
 // Each invocation scans a strided share of its workgroup's chunk, keeping its k best in a
-// private heap (rank order: topk_common.glsl), sorted at the end. The workgroup's k best are then taken in k rounds:
+// private heap (rank order: topk_common.glsl), sorted at the end. The workgroup's k best
+// are then taken in k rounds:
 // every invocation offers its list's head, the best head (largest key, then lowest index)
 // is emitted and its owner moves on. Indices are distinct, so exactly one owner moves
 // (empty slots all tie, but they only win once every list is exhausted).
