@@ -199,10 +199,10 @@ uint workgroup_min(bool single, uint key) {
 
 // First pass over elements [begin, end) of row `row`: the softmax statistics (FUSED) or
 // the NaN/+inf flag, and a key floor with at least k elements at or above it. Each
-// invocation keeps the 16 largest of its blocks' maxima (one insertion per block of four)
+// invocation keeps the 4 * BEST_QUADS largest of its blocks' maxima (one insertion per block of four)
 // and single tail elements; its m-th largest, m = ceil(k / invocations), stands for m
 // distinct elements, so the minimum over the workgroup has at least k at or above it
-// (0, no floor, when m > 16).
+// (0, no floor, when m > 4 * BEST_QUADS).
 uint first_pass(bool single, uint row, uint begin, uint blocks_end, uint end,
                 inout float m, inout float l, inout uint bad) {
     uint base = row * pc.n;
@@ -270,8 +270,9 @@ void offer_block(uint base, uint i) {
 // sides of an `if` under a mask but leaves a loop once no invocation is still in it, so
 // the inner loop only reads: it queues up to 8 blocks that may enter (block indices held
 // in two uvec4s, shifted in with static indices) and stops at the 8th; the outer loop
-// then offers the queued blocks. The invocations' scans stay in step, and the common
-// block costs no heap access.
+// then offers the queued blocks, so the common block costs no heap access. Lanes whose
+// queues fill at different blocks drift apart (the host's loop budget counts that:
+// topk_steps.max_elements_per_invocation).
 // Without FLOOR_PASS this is the only pass (floor 0): it also takes the statistics.
 void list_pass(uint row, uint begin, uint blocks_end, uint end, uint floor_key,
                inout float m, inout float l, inout uint bad) {

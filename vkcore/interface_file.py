@@ -21,7 +21,7 @@ from . import reflect
 
 log = logging.getLogger("vkcore")
 FILE_NAME = "interfaces.json"
-FORMAT = 1
+FORMAT = 2  # 2: bindings say whether the code uses them
 _KINDS = frozenset(
     {
         reflect.STORAGE_BUFFER,

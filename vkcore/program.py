@@ -296,7 +296,8 @@ class Program:
     ) -> Dispatch:
         """This program's dispatch over device memory, checked as a call is, to submit with
         others: ``device.submitter.run([...])`` records a list of steps in one command
-        buffer, with a barrier wherever a step reads what an earlier one wrote. Buffers are
+        buffer, with a barrier wherever a step depends on an earlier one (reads or writes what
+        it wrote, or writes what it read). Buffers are
         :class:`Buffer`\\ s or :class:`Tensor`\\ s of this device, in binding order; a
         buffer may end in a partial runtime-array element or texel, which the shader cannot
         reach (a kernel binding a larger buffer says in its push constants what it reads)."""

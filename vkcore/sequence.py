@@ -42,6 +42,7 @@ from typing import Any
 from . import commands, vkapi
 from .buffer import Buffer
 from .commands import Dispatch
+from .context import ctrl_c_deferred
 from .device import Device, resolve
 
 _RECORDING, _SUBMITTED, _DONE, _DISCARDED, _RELEASED = (
@@ -127,20 +128,25 @@ class Sequence:
             dev.check()
             keep = vkapi.Keep()
             fence = dev.ffi.new("VkFence*")
-            vkapi.check(
-                dev.lib.vkCreateFence(
-                    dev.handle, keep.struct("VkFenceCreateInfo"), dev.ffi.NULL, fence
-                ),
-                "vkCreateFence",
-            )
-            self._fence = fence[0]
+            sub.adopt(self)  # from here on, a failure's _free() finds what was made
+            # Each handle is stored as soon as it exists: a Ctrl-C between the creating
+            # call and the store would lose it.
+            with ctrl_c_deferred():
+                vkapi.check(
+                    dev.lib.vkCreateFence(
+                        dev.handle, keep.struct("VkFenceCreateInfo"), dev.ffi.NULL, fence
+                    ),
+                    "vkCreateFence",
+                )
+                self._fence = fence[0]
             self._fences = dev.ffi.new("VkFence[1]", [self._fence])
-            sub.adopt(self)
-            self._cb = sub.allocate_command_buffer()
+            with ctrl_c_deferred():
+                self._cb = sub.allocate_command_buffer()
             if self.steps:
                 sub.descriptor_sets(self.steps, self._sets)
             if sub.timestamps:
-                self._queries = commands.create_timestamp_pool(dev)
+                with ctrl_c_deferred():
+                    self._queries = commands.create_timestamp_pool(dev)
             commands.record_dispatches(
                 dev, self._cb, self.steps, self._sets, query_pool=self._queries, one_time=False
             )

@@ -36,8 +36,9 @@ def lm_head_rows(dev: Device, repeats: int, rng: Any, *, quick: bool) -> Iterato
         def vkcore_step() -> int:
             with vkcore.sequence(device=dev) as seq:
                 token = vkcore.sample(vkcore.matvec(qt, h), seed=0)
-            if seq.device_seconds is not None:
-                device_s.append(seq.device_seconds)
+            seconds = seq.device_seconds
+            if seconds is not None:
+                device_s.append(seconds)
             return int(token.numpy())
 
         base, cand, _ = side_by_side(

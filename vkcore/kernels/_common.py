@@ -116,7 +116,8 @@ def result_array(device: Device, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def dummy_buffer(device: Device) -> Buffer:
-    """A small buffer for bindings a shader variant declares but does not use."""
+    """A small buffer for bindings a call does not use (the variant may still name them in
+    code behind a runtime flag, so steps that bind it are ordered like any others)."""
     buf = _dummies.get(device)
     if buf is None or not buf.alive:
         buf = Buffer(device, 256)

@@ -16,11 +16,13 @@ Semantics, shared with :mod:`vkcore.reference.topk`:
   reference.
 
 For k up to :func:`topk_steps.select_k_max` (512 on a CPU device, 128 on a GPU) one
-kernel reads each row twice: a first pass takes the softmax statistics (fused) and a key
-floor that at least k elements reach, the second keeps running top-k lists of the
-elements at the floor or above, per invocation, merged per workgroup and across the
-workgroups of a split row. Larger k sort each row (bitonic, on the device); the fused
-form then reads the row once more for its statistics.
+kernel keeps running top-k lists (and, fused, the running maximum and sum) per
+invocation, merged per workgroup and across the workgroups of a split row. On a GPU it
+reads each element once; on a CPU device it reads each chunk twice
+(``topk_steps.uses_floor_pass``): a first pass takes the statistics and a key floor that
+at least k elements reach, the second, from cache, lists only the elements at or above
+it (for k up to 16 per invocation). Larger k sort each row (bitonic, on the device); the
+fused form then reads the row once more for its statistics.
 """
 
 from __future__ import annotations

@@ -30,9 +30,10 @@ SMALL_K_MAX_CPU = 512
 SMALL_K_MAX_GPU = 128
 # A chunk of a split row has at least this many elements (and 16 per kept candidate).
 MIN_CHUNK_ELEMENTS = 8192
-# llvmpipe ends an invocation's loops after 65,535 iterations in all (one limiter shared
-# by every loop of a shader): the select kernel's loops stay within this many, counting
-# each element's heap insertion at its worst (see max_elements_per_invocation).
+# llvmpipe ends a SIMD group's loops after 65,535 iterations in all (one limiter shared by
+# every loop of a shader): the select kernel's loops stay within this many, counting each
+# element's heap insertion and the lanes' drift at their worst
+# (see max_elements_per_invocation).
 LOOP_BUDGET = 60000
 # Workgroup sizes off a CPU device: the select kernel's invocations hold private lists, so
 # fewer of them; the sort's steps are independent compare-exchanges.
@@ -82,6 +83,12 @@ class SelectPlan:
     workgroup: int
 
     @property
+    def has_floor(self) -> bool:
+        """Whether a floor pass can help: each invocation keeps at most 16 largest keys, so
+        k must be at most 16 per invocation (past that the pass would be wasted)."""
+        return -(-self.k // self.workgroup) <= 16
+
+    @property
     def best_quads(self) -> int:
         """Quads of largest keys each invocation keeps for the key floor: ceil(k / workgroup)
         slots, in 1, 2 or 4 quads (past 16 slots there is no floor)."""
@@ -94,12 +101,16 @@ class SelectPlan:
 
 
 def max_elements_per_invocation(k: int, workgroup: int) -> int:
-    """Elements (or candidates) one select invocation may scan within LOOP_BUDGET: each
-    costs a loop step and at worst a heap walk of ``depth`` levels; the heap's clearing
-    and sorting and the k merge rounds (with shared-memory trees) come on top."""
+    """Elements (or candidates) one select invocation may scan within LOOP_BUDGET. Each
+    costs its passes' loop steps and at worst a heap walk of ``depth`` levels; and since
+    llvmpipe counts iterations per SIMD group (a workgroup of one subgroup on a CPU
+    device), lanes whose candidate queues fill at different blocks drift apart, which
+    costs up to ``workgroup`` inner steps per block of four. The heap's clearing and
+    sorting and the k merge rounds (with shared-memory trees) come on top."""
     depth = k.bit_length()
     fixed = k * (depth + 4 + workgroup.bit_length()) + 64
-    return max(1, (LOOP_BUDGET - fixed) // (depth + 3))
+    drift = -(-workgroup // 4)
+    return max(1, (LOOP_BUDGET - fixed) // (depth + 3 + drift))
 
 
 def select_k_max(device: Device) -> int:
@@ -171,7 +182,7 @@ def select_steps(
             spec={
                 "KMAX": plan.kmax,
                 "BEST_QUADS": plan.best_quads,
-                "FLOOR_PASS": int(uses_floor_pass(device)),
+                "FLOOR_PASS": int(uses_floor_pass(device) and plan.has_floor),
             },
             texel=views if defines["TEXEL"] else None,
         )
