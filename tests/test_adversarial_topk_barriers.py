@@ -164,12 +164,22 @@ def test_tensor_and_1d_inputs(device, rng, shape, k):
     both(device, x, k, fused=False)
 
 
-@pytest.mark.parametrize(
-    ("shape", "k"), [((16, 31_208), 512), ((8, 31_207), 511), ((1, 1_850_000), 512)]
-)
-def test_every_element_enters_at_the_largest_plans(device, rng, shape, k):
+def _largest_shapes(device, k):
+    """Rows at the plans' largest shares per invocation (the loop budget): whole rows of
+    one chunk, rows one element longer, and one row split into as many chunks as the
+    merge takes."""
+    wg = topk_steps.select_plan(device, 16, 1000, k).workgroup
+    per_chunk = wg * topk_steps.max_elements_per_invocation(k, wg)
+    merged = topk_steps.max_elements_per_invocation(k, wg) * wg // k
+    return [(16, per_chunk), (8, per_chunk - 1), (1, merged * per_chunk)]
+
+
+@pytest.mark.parametrize("which", [0, 1, 2])
+@pytest.mark.parametrize("k", [511, 512])
+def test_every_element_enters_at_the_largest_plans(device, rng, which, k):
     """Ascending rows at the plans' largest shares per invocation (the loop budget): every
     element enters a full heap of up to 512 and walks it to a leaf."""
+    shape = _largest_shapes(device, k)[which]
     plan = topk_steps.select_plan(device, *shape, k)
     assert plan is not None  # the select kernel, not the sort
     x = np.sort(rng.standard_normal(shape).astype(np.float32), axis=-1)

@@ -23,15 +23,10 @@ _OP_TYPE_ARRAY, _OP_TYPE_RUNTIME_ARRAY, _OP_TYPE_STRUCT, _OP_TYPE_POINTER = 28, 
 _OP_CONSTANT, _OP_SPEC_TRUE, _OP_SPEC_FALSE, _OP_SPEC, _OP_SPEC_COMPOSITE = 43, 48, 49, 50, 51
 _OP_CONSTANT_COMPOSITE, _OP_VARIABLE, _OP_DECORATE, _OP_MEMBER_DECORATE = 44, 59, 71, 72
 _OP_EXECUTION_MODE_ID, _OP_FUNCTION = 331, 54
-_TYPE_OPS = frozenset(
-    (_OP_TYPE_BOOL, _OP_TYPE_INT, _OP_TYPE_FLOAT, _OP_TYPE_VECTOR, _OP_TYPE_MATRIX)
-    + (_OP_TYPE_IMAGE, _OP_TYPE_SAMPLED_IMAGE, _OP_TYPE_ARRAY, _OP_TYPE_RUNTIME_ARRAY)
-    + (_OP_TYPE_STRUCT, _OP_TYPE_POINTER)
-)
+_TYPE_OPS = frozenset(range(_OP_TYPE_BOOL, _OP_TYPE_POINTER + 1))  # OpTypeBool .. Pointer
 _CONSTANT_OPS = frozenset(
-    (_OP_CONSTANT, _OP_CONSTANT_COMPOSITE, _OP_SPEC, _OP_SPEC_TRUE, _OP_SPEC_FALSE)
-    + (_OP_SPEC_COMPOSITE,)
-)
+    (_OP_CONSTANT, _OP_CONSTANT_COMPOSITE, _OP_SPEC_TRUE, _OP_SPEC_FALSE, _OP_SPEC)
+) | {_OP_SPEC_COMPOSITE}
 # Decorations
 _SPEC_ID, _BLOCK, _BUFFER_BLOCK, _ARRAY_STRIDE, _BUILTIN = 1, 2, 3, 6, 11
 _NON_WRITABLE, _NON_READABLE, _BINDING, _DESCRIPTOR_SET, _OFFSET = 24, 25, 33, 34, 35
@@ -148,9 +143,8 @@ def _parse(code: bytes) -> _Module:
         if count == 0 or at + count > len(words):
             raise ReflectionError(f"SPIR-V instruction at word {at} runs past the end")
         in_functions = in_functions or op == _OP_FUNCTION
-        # Every operand word of every instruction in a function, literals too: a superset
-        # of the uses (a variable reached through a parameter, OpArrayLength or a function
-        # never called is still named), so an access is never missed, only overcounted.
+        # Every operand word in a function, literals too: a superset of the uses (a variable
+        # reached through a parameter or OpArrayLength is still named), never missing one.
         if in_functions:
             mod.used.update(words[at + 1 : at + count])
         else:
