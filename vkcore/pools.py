@@ -52,9 +52,10 @@ class BufferPool:
         collected, gives its memory back to this pool (already touched pages: no page
         faults on the next output of that size) rather than freeing it.
 
-        The pool's own Buffer object is handed over: nothing else refers to a free one.
-        It stops being ``reusable`` (its owner decides its lifetime), so no recorded
-        command buffer is kept for it; those kept from its pool days go when it comes
+        The pool's own Buffer object is handed over. It stops being ``reusable`` (its
+        owner decides its lifetime), so nothing reuses a recording for it: a command
+        buffer kept from its pool days, or a Program's remembered dispatch, still names
+        it but is only reused over reusable buffers; the kept recordings go when it comes
         back (:meth:`take_back` moves its memory to a new object)."""
         with self.device.lock:
             lent = self.acquire(nbytes)

@@ -21,6 +21,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,7 @@ import numpy as np
 import vkcore
 
 from .device import Device
+from .kernels import topk_steps
 from .kernels._common import ceil_div
 
 # OpenBLAS threads spin for about this long after a product (the bench rests this long).
@@ -194,6 +196,15 @@ def softmax_passes(
     return out
 
 
+def _device_ms(dev: Device, call: Callable[[], Any], repeats: int) -> float:
+    """Median device milliseconds of ``call`` over ``repeats`` runs after one warm-up."""
+    ms = []
+    for _ in range(repeats + 1):
+        call()
+        ms.append(dev.submitter.last_device_seconds or float("nan"))
+    return _median_ms(ms[1:])
+
+
 def topk_rows(dev: Device, repeats: int, shape: tuple[int, int] = (64, 32_000)) -> dict[str, Any]:
     """Device time of ``topk`` and ``softmax_topk`` over resident rows of random, ascending
     and constant values for a few k (the select kernel's costs), and the wall time of one
@@ -206,19 +217,14 @@ def topk_rows(dev: Device, repeats: int, shape: tuple[int, int] = (64, 32_000)) 
         "constant": np.ones(shape, np.float32),
     }
     out: dict[str, Any] = {"probe": "topk_rows", "shape": list(shape), "device_ms": {}}
-    from .kernels import topk_steps
-
     beyond = min(topk_steps.select_k_max(dev) + 1, shape[1])
     for name, values in rows.items():
         x = vkcore.asarray(values, device=dev)
         try:
             for k in (1, 40, 128, 129):
                 for fn in (vkcore.topk, vkcore.softmax_topk):
-                    ms = []
-                    for _ in range(repeats + 1):  # the first warms up
-                        fn(x, k)
-                        ms.append(dev.submitter.last_device_seconds or float("nan"))
-                    out["device_ms"][f"{fn.__name__} k={k} {name}"] = _median_ms(ms[1:])
+                    key = f"{fn.__name__} k={k} {name}"
+                    out["device_ms"][key] = _device_ms(dev, partial(fn, x, k), repeats)
         finally:
             assert x.buffer is not None
             x.buffer.destroy()
@@ -241,11 +247,7 @@ def lm_head_matvec(
     h = vkcore.asarray(rng.standard_normal(shape[1], dtype=np.float32), device=dev)
     qt = vkcore.quantize(w, device=dev)
     try:
-        ms = []
-        for _ in range(repeats + 1):  # the first warms up
-            vkcore.matvec(qt, h)
-            ms.append(dev.submitter.last_device_seconds or float("nan"))
-        device_ms = _median_ms(ms[1:])
+        device_ms = _device_ms(dev, lambda: vkcore.matvec(qt, h), repeats)
     finally:
         qt.release()
     return {

@@ -28,6 +28,9 @@ from . import programs, variants
 # a GPU spills large private arrays to slow scratch memory, while its sort is a wide grid.
 SMALL_K_MAX_CPU = 512
 SMALL_K_MAX_GPU = 128
+# The most largest keys the floor pass keeps per invocation (4 quads of the shader's
+# BEST_QUADS).
+MAX_FLOOR_SLOTS = 16
 # A chunk of a split row has at least this many elements (and 16 per kept candidate).
 MIN_CHUNK_ELEMENTS = 8192
 # llvmpipe ends a SIMD group's loops after 65,535 iterations in all (one limiter shared by
@@ -83,17 +86,21 @@ class SelectPlan:
     workgroup: int
 
     @property
+    def floor_slots(self) -> int:
+        """Largest keys each invocation needs for the key floor: ceil(k / workgroup)."""
+        return c.ceil_div(self.k, self.workgroup)
+
+    @property
     def has_floor(self) -> bool:
-        """Whether a floor pass can help: each invocation keeps at most 16 largest keys, so
-        k must be at most 16 per invocation (past that the pass would be wasted)."""
-        return -(-self.k // self.workgroup) <= 16
+        """Whether a floor pass can help: each invocation keeps at most MAX_FLOOR_SLOTS
+        largest keys (past that the pass would be wasted)."""
+        return self.floor_slots <= MAX_FLOOR_SLOTS
 
     @property
     def best_quads(self) -> int:
-        """Quads of largest keys each invocation keeps for the key floor: ceil(k / workgroup)
-        slots, in 1, 2 or 4 quads (past 16 slots there is no floor)."""
-        slots = -(-self.k // self.workgroup)
-        return 1 if slots <= 4 else 2 if slots <= 8 else 4
+        """Quads of largest keys each invocation keeps: 1, 2 or 4 (BEST_QUADS)."""
+        slots = self.floor_slots
+        return 1 if slots <= 4 else 2 if slots <= 8 else MAX_FLOOR_SLOTS // 4
 
     @property
     def part_words(self) -> int:
