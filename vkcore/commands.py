@@ -18,6 +18,7 @@ from typing import Any
 from . import vkapi
 from .buffer import Buffer
 from .context import DeviceContext
+from .host_buffer import HostBuffer
 from .pipeline import Pipeline
 
 COMPUTE = 0x800  # VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
@@ -120,7 +121,7 @@ class Hazards:
 
     @classmethod
     def _key(cls, buf: Buffer) -> Any:
-        return cls._HOST if getattr(buf, "array", None) is not None else buf
+        return cls._HOST if isinstance(buf, HostBuffer) else buf
 
     def needs_barrier(self, d: Dispatch) -> bool:
         """Whether ``d`` must wait for the earlier steps; it is counted in either case
