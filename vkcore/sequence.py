@@ -75,7 +75,7 @@ class Sequence:
         self._fence: Any = None
         self._fences: Any = None
         self._queries: Any = None  # two timestamps around the steps, where the queue has them
-        self._stamps: Any = None
+        self._stamps: Any = None  # where the two timestamps are read into
         self._submit: Any = None
         self._keep: Any = None
         self._lock = threading.RLock()  # wait and run: one thread at a time
@@ -145,6 +145,7 @@ class Sequence:
             if self.steps:
                 sub.descriptor_sets(self.steps, self._sets)
             if sub.timestamps:
+                self._stamps = dev.ffi.new("uint64_t[2]")
                 with ctrl_c_deferred():
                     self._queries = commands.create_timestamp_pool(dev)
             commands.record_dispatches(
@@ -205,8 +206,6 @@ class Sequence:
             return None
         dev = self.device
         with dev.lock:
-            if self._stamps is None:
-                self._stamps = dev.ffi.new("uint64_t[2]")
             return commands.elapsed_seconds(dev, self._queries, self._stamps)
 
     def run(self) -> None:
