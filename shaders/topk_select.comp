@@ -154,6 +154,26 @@ void workgroup_stats(bool single, inout float m, inout float l, inout uint bad) 
     barrier();
 }
 
+// What a scan takes besides the lists: the softmax statistics (FUSED) or only the row's
+// NaN/+inf flag; finish() hands them to the caller's (m, l, bad).
+#if FUSED
+#define RowStats Stats
+RowStats row_stats() { return stats_empty(); }
+void take4(inout RowStats s, vec4 v) { stats_add4(s, v); }
+void take1(inout RowStats s, float v) { stats_add(s, v); }
+void finish(RowStats s, inout float m, inout float l, inout uint bad) {
+    m = s.m; l = stats_sum(s); bad = s.bad;
+}
+#else
+struct RowStats { uint bad; };
+RowStats row_stats() { return RowStats(0u); }
+void take4(inout RowStats s, vec4 v) {
+    s.bad |= is_bad(v.x) | is_bad(v.y) | is_bad(v.z) | is_bad(v.w);
+}
+void take1(inout RowStats s, float v) { s.bad |= is_bad(v); }
+void finish(RowStats s, inout float m, inout float l, inout uint bad) { bad |= s.bad; }
+#endif
+
 // The 4 * BEST_QUADS largest keys seen (1, 2 or 4 quads: the host keeps as many as the
 // floor needs), duplicates counted, sorted descending in uvec4s: slot j becomes
 // max(s[j], min(s[j - 1], key)), a branch-free insertion with static indices only
@@ -206,33 +226,21 @@ uint workgroup_min(bool single, uint key) {
 uint first_pass(bool single, uint row, uint begin, uint blocks_end, uint end,
                 inout float m, inout float l, inout uint bad) {
     uint base = row * pc.n;
-#if FUSED
-    Stats s = stats_empty();
-#endif
+    RowStats s = row_stats();
     Best best = Best(uvec4(0u), uvec4(0u), uvec4(0u), uvec4(0u));
     uint step = 4u * gl_WorkGroupSize.x;
     for (uint i = begin + 4u * gl_LocalInvocationID.x; i < blocks_end; i += step) {
         vec4 v = X4(base + i);
-#if FUSED
-        stats_add4(s, v);
-#else
-        bad |= is_bad(v.x) | is_bad(v.y) | is_bad(v.z) | is_bad(v.w);
-#endif
+        take4(s, v);
         uvec4 key = rank_key(v);
         best_insert(best, max(max(key.x, key.y), max(key.z, key.w)));
     }
     for (uint i = blocks_end + gl_LocalInvocationID.x; i < end; i += gl_WorkGroupSize.x) {
         float v = X(base + i);
-#if FUSED
-        stats_add(s, v);
-#else
-        bad |= is_bad(v);
-#endif
+        take1(s, v);
         best_insert(best, rank_key(v));
     }
-#if FUSED
-    m = s.m; l = stats_sum(s); bad = s.bad;
-#endif
+    finish(s, m, l, bad);
     uint slots = (pc.k + gl_WorkGroupSize.x - 1u) / gl_WorkGroupSize.x;
     uint mine = slots > BEST_SLOTS ? 0u : best_slot(best, slots - 1u);
     return workgroup_min(single, mine);
@@ -279,22 +287,14 @@ void list_pass(uint row, uint begin, uint blocks_end, uint end, uint floor_key,
     uint base = row * pc.n;
     uint step = 4u * gl_WorkGroupSize.x;
     bool stats = FLOOR_PASS == 0u;
-#if FUSED
-    Stats s = stats_empty();
-#endif
+    RowStats s = row_stats();
     uint i = begin + 4u * gl_LocalInvocationID.x;
     while (i < blocks_end) {
         uvec4 q0 = uvec4(0u), q1 = uvec4(0u);
         uint queued = 0u;
         for (; i < blocks_end; i += step) {
             vec4 v = X4(base + i);
-            if (stats) {
-#if FUSED
-                stats_add4(s, v);
-#else
-                bad |= is_bad(v.x) | is_bad(v.y) | is_bad(v.z) | is_bad(v.w);
-#endif
-            }
+            if (stats) take4(s, v);
             uvec4 key = rank_key(v);
             if (may_enter(max(max(key.x, key.y), max(key.z, key.w)), floor_key)) {
                 q1 = uvec4(q0.w, q1.xyz);
@@ -310,18 +310,10 @@ void list_pass(uint row, uint begin, uint blocks_end, uint end, uint floor_key,
     }
     for (uint i = blocks_end + gl_LocalInvocationID.x; i < end; i += gl_WorkGroupSize.x) {
         float v = X(base + i);
-        if (stats) {
-#if FUSED
-            stats_add(s, v);
-#else
-            bad |= is_bad(v);
-#endif
-        }
+        if (stats) take1(s, v);
         list_offer(rank_key(v), i);
     }
-#if FUSED
-    if (stats) { m = s.m; l = stats_sum(s); bad = s.bad; }
-#endif
+    if (stats) finish(s, m, l, bad);
 }
 
 // Elements [begin, end) of row `row` (indices relative to the row) into the list and the
