@@ -117,6 +117,9 @@ class Sequence:
             self.wait()
 
     def _discard(self) -> None:
+        if self.state == _SUBMITTED:  # interrupted after the submission: let the work end
+            with ctrl_c_deferred():
+                self.wait()
         self.state = _DISCARDED
         self._free()
 
@@ -132,13 +135,10 @@ class Sequence:
             # Each handle is stored as soon as it exists: a Ctrl-C between the creating
             # call and the store would lose it.
             with ctrl_c_deferred():
-                vkapi.check(
-                    dev.lib.vkCreateFence(
-                        dev.handle, keep.struct("VkFenceCreateInfo"), dev.ffi.NULL, fence
-                    ),
-                    "vkCreateFence",
-                )
-                self._fence = fence[0]
+                info = keep.struct("VkFenceCreateInfo")
+                result = dev.lib.vkCreateFence(dev.handle, info, dev.ffi.NULL, fence)
+                self._fence = fence[0]  # NULL (destroying it is a no-op) if it failed
+            vkapi.check(result, "vkCreateFence")
             self._fences = dev.ffi.new("VkFence[1]", [self._fence])
             with ctrl_c_deferred():
                 self._cb = sub.allocate_command_buffer()
@@ -162,10 +162,13 @@ class Sequence:
         with dev.lock:
             dev.check()
             vkapi.check(dev.lib.vkResetFences(dev.handle, 1, self._fences), "vkResetFences")
-            vkapi.check(
-                dev.lib.vkQueueSubmit(dev.queue, 1, self._submit, self._fence), "vkQueueSubmit"
-            )
-            self.state = _SUBMITTED
+            # Submitted is recorded before anything else can raise (a Ctrl-C included):
+            # whatever fails from here on, nothing the work uses is freed while it runs.
+            with ctrl_c_deferred():
+                result = dev.lib.vkQueueSubmit(dev.queue, 1, self._submit, self._fence)
+                if result >= 0:
+                    self.state = _SUBMITTED
+            vkapi.check(result, "vkQueueSubmit")
 
     def done(self) -> bool:
         """True once the submitted work has finished (False while it runs)."""
