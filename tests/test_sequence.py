@@ -235,6 +235,21 @@ def test_closing_the_device_with_a_sequence_in_flight(rng):
     assert not [m for m in dev.validation_messages if "rror" in m]
 
 
+@pytest.mark.parametrize("inputs", ["tensor", "numpy"])
+def test_closing_the_device_while_a_sequence_records(rng, inputs):
+    """The buffers the recording holds are freed with the device (none left alive at
+    vkDestroyDevice), and the block ends without submitting."""
+    with vkcore.Device(validation=True, pipeline_cache=False) as dev:
+        x = _x(rng)
+        xt = vkcore.asarray(x, device=dev) if inputs == "tensor" else x
+        with vkcore.sequence(device=dev) as seq:
+            vkcore.softmax(xt)
+            vkcore.topk(xt, 5)
+            dev.close()
+    assert seq.state == "released"
+    assert not [m for m in dev.validation_messages if "rror" in m]
+
+
 @pytest.mark.parametrize(
     "data, error, match",
     [

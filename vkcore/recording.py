@@ -20,6 +20,7 @@ class SequenceHooks:
         if getattr(self._local, "sequence", None) is not None:
             raise RuntimeError("a sequence is already recording on this thread for this device")
         self._local.sequence = sequence
+        self.adopt(sequence)  # a device closed meanwhile releases what it holds
 
     def stop_recording(self, sequence: Any) -> None:
         if getattr(self._local, "sequence", None) is sequence:
@@ -30,7 +31,7 @@ class SequenceHooks:
         return getattr(self._local, "sequence", None)
 
     def adopt(self, sequence: Any) -> None:
-        """A recorded sequence, released (if still alive) before the pools go."""
+        """A recording or recorded sequence, released (if still alive) before the pools go."""
         self._sequences.add(sequence)
 
     def disown(self, sequence: Any) -> None:
