@@ -273,3 +273,17 @@ def test_the_one_pass_select_of_gpus(device, rng, monkeypatch):
     long_row = logits(rng, (1, 300_000))  # split into chunks, merged
     check_topk(long_row, 40, vkcore.topk(long_row, 40, device=device))
     check_softmax_topk(long_row, 40, vkcore.softmax_topk(long_row, 40, device=device))
+
+
+@pytest.mark.parametrize("fn", [vkcore.topk, vkcore.softmax_topk, vkcore.sample])
+def test_integer_input_is_float32_and_the_refusal_says_so(device, fn):
+    """Integer logits are taken as float32 (the numeric-input rule softmax follows); what
+    is refused names both the float and the integer dtypes."""
+    ints = np.array([[3, 9, -2, 9, 0]], dtype=np.int64)
+    if fn is vkcore.sample:
+        assert int(fn(ints, temperature=0.0, device=device)[0]) == 1
+    else:
+        np.testing.assert_array_equal(fn(ints, 2, device=device)[1], [[1, 3]])
+    args = () if fn is vkcore.sample else (1,)
+    with pytest.raises(TypeError, match=r"float16, float32 or float64.*integer dtype"):
+        fn(np.ones((1, 3), bool), *args, device=device)

@@ -75,7 +75,12 @@ def numeric_input(x: Any, name: str) -> np.ndarray | Tensor:
             arr = None  # ragged: float_input says so
         if arr is not None and arr.dtype.kind in "iu":
             return arr.astype(np.float32)
-    return float_input(x, name)
+    try:
+        return float_input(x, name)
+    except TypeError as exc:  # float_input names only float dtypes; integers pass here
+        if isinstance(x, Tensor) or "dtype" not in str(exc):
+            raise
+        raise TypeError(f"{exc} (or an integer dtype, taken as float32)") from None
 
 
 def recording(device: Device) -> bool:
