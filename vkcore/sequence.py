@@ -202,7 +202,8 @@ class Sequence:
     def device_seconds(self) -> float | None:
         """Device seconds of the latest submission (timestamps around its steps; waits
         for it); None before it ran, after release, or where the queue has no
-        timestamps."""
+        timestamps. The first timestamp precedes the wait for earlier submissions, so a
+        sequence submitted behind others still running counts their remaining time."""
         if self.state == _SUBMITTED:
             self.wait()
         if self.state != _DONE or self._queries is None:
