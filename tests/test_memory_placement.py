@@ -109,6 +109,54 @@ def test_staging_buffers_one_for_uploads_one_for_readbacks(monkeypatch, rng):
         assert dev.validation_messages == []
 
 
+@pytest.mark.parametrize("limit", [0, 64])
+def test_large_reads_of_uncached_mapped_memory_go_through_cached_staging(monkeypatch, rng, limit):
+    """Where a resident type is mapped but uncached (a discrete GPU's full BAR, an APU's
+    carve-out: placement.read_in_place_max is small there), writes stay in place but a
+    read of more than the limit is copied into the readback staging buffer first; results
+    are the same bytes either way. lavapipe's one type is cached, so the limit is faked."""
+    monkeypatch.setattr(
+        vkcore.context.DeviceContext, "read_in_place_max", lambda self, type_index: limit
+    )
+    with vkcore.Device(validation=True, pipeline_cache=False) as dev:
+        calls = {"download": 0, "upload": 0}
+        for name in calls:
+            real = getattr(dev.transfers, name)
+
+            def counted(*args, _real=real, _name=name):
+                calls[_name] += 1
+                return _real(*args)
+
+            monkeypatch.setattr(dev.transfers, name, counted)
+        small = np.arange(16, dtype=np.uint8)  # 16 bytes
+        a = rng.standard_normal((7, 1000)).astype(np.float32)
+        ts, ta = vkcore.asarray(small, device=dev), vkcore.asarray(a, device=dev)
+        assert ts.buffer.mapped is not None and ta.buffer.mapped is not None
+        assert calls == {"download": 0, "upload": 0}, "writes to mapped memory stay in place"
+        np.testing.assert_array_equal(ts.numpy(), small)
+        assert calls["download"] == (1 if limit < small.nbytes else 0)
+        before = calls["download"]
+        np.testing.assert_array_equal(ta.numpy(), a)
+        assert calls["download"] == before + 1, "a large read is staged"
+        part = np.empty(300, np.float32)
+        ta.buffer.read(part, offset=4 * 1234)  # at an offset, not the whole buffer
+        np.testing.assert_array_equal(part, a.reshape(-1)[1234:1534])
+        strided = np.empty((7, 2000), np.float32)[:, ::2]  # non-contiguous out
+        ta.buffer.read(strided)
+        np.testing.assert_array_equal(strided, a)
+        out = vkcore.softmax(ta)  # a kernel's output, read after the kernel wrote it
+        np.testing.assert_allclose(out.numpy(), vkcore.reference.softmax(a), atol=1e-6)
+        before = calls["download"]
+        got = vkcore.softmax(a, device=dev)  # numpy in, numpy out: the call's own buffers
+        np.testing.assert_allclose(got, vkcore.reference.softmax(a), atol=1e-6)
+        q = vkcore.quantize(a, device=dev)
+        np.testing.assert_array_equal(q.q, vkcore.reference.quantize(a)[0])
+        assert calls["download"] > before
+        tokens = vkcore.sample(ta, temperature=0)  # greedy: the argmax of each row
+        np.testing.assert_array_equal(np.asarray(tokens), np.argmax(a, axis=1))
+        assert dev.validation_messages == []
+
+
 # ---------------------------------------------------------------------- non-coherent memory
 def _syncing_lib(dev, calls):
     real = dev.lib

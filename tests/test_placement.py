@@ -7,14 +7,39 @@ from vkcore import placement as P
 
 DISCRETE = [n for n in NAMES if load(n).get("device_type") == "DISCRETE_GPU"]
 UNIFIED = [n for n in NAMES if load(n).get("device_type") in ("INTEGRATED_GPU", "CPU")]
+BAR_WINDOW = 256 << 20
+
+
+def _mappable_local_heaps(record):
+    """Sizes of the heaps that hold a DEVICE_LOCAL | HOST_VISIBLE memory type."""
+    kinds = record["memory_types"]
+    mappable = {
+        t["heap_index"] for t in kinds if {"DEVICE_LOCAL", "HOST_VISIBLE"} <= set(t["flags"])
+    }
+    return [record["memory_heaps"][i]["size"] for i in sorted(mappable)]
+
+
+# Discrete GPUs whose mappable device memory is only the BAR window, and those (resizable
+# or full BAR, as data-center GPUs have) that can map all of it.
+NO_REBAR = [n for n in DISCRETE if max(_mappable_local_heaps(load(n)), default=0) <= BAR_WINDOW]
+FULL_BAR = [n for n in DISCRETE if n not in NO_REBAR]
+NVIDIA, AMD, INTEL, QUALCOMM, ARM = 0x10DE, 0x1002, 0x8086, 0x5143, 0x13B5
 
 
 def test_the_recorded_devices_cover_the_kinds_that_matter():
-    assert len(NAMES) >= 4
-    assert DISCRETE and UNIFIED
-    assert any("VK_KHR_portability_subset" in load(n)["device_extensions"] for n in NAMES)
-    for name in NAMES:
-        assert load(name)["source"], f"{name} must name the report it came from"
+    records = {n: load(n) for n in NAMES}
+    assert len(NAMES) >= 6
+    assert DISCRETE and UNIFIED and NO_REBAR and FULL_BAR
+    assert any(records[n]["vendor_id"] == NVIDIA for n in NO_REBAR), "NVIDIA without ReBAR"
+    assert any(records[n]["vendor_id"] == NVIDIA for n in FULL_BAR), "NVIDIA data-center"
+    radv = [r for r in records.values() if r.get("driver_id") == "DRIVER_ID_MESA_RADV"]
+    assert any(r["subgroup_size_control"]["maxSubgroupSize"] == 64 for r in radv)
+    anv = [r for r in records.values() if r["vendor_id"] == INTEL]
+    assert any(r["subgroup_size_control"]["minSubgroupSize"] == 8 for r in anv)
+    assert any("VK_KHR_portability_subset" in r["device_extensions"] for r in records.values())
+    assert any(r["vendor_id"] in (QUALCOMM, ARM) for r in records.values()), "a mobile GPU"
+    for name, record in records.items():
+        assert record["source"], f"{name} must name the report it came from"
 
 
 def _type(record, index):
@@ -41,7 +66,7 @@ def test_every_choice_is_legal_for_its_purpose(name, purpose):
         assert types[placement.preferred.type_index].flags & P.DEVICE_LOCAL
 
 
-@pytest.mark.parametrize("name", DISCRETE)
+@pytest.mark.parametrize("name", NO_REBAR)
 def test_discrete_gpu_without_rebar_keeps_weights_out_of_the_bar_window(name):
     types, heaps = memory(load(name))
     small = [
@@ -59,6 +84,39 @@ def test_discrete_gpu_without_rebar_keeps_weights_out_of_the_bar_window(name):
     assert not upload.flags & P.DEVICE_LOCAL, "staging uses host memory, not the BAR window"
     params = types[P.place(types, heaps, "params").preferred.type_index]
     assert params.heap_index in small, "small per-call parameters may live in the BAR window"
+
+
+@pytest.mark.parametrize("name", FULL_BAR)
+def test_discrete_gpu_with_full_bar_maps_weights_but_stages_large_reads(name):
+    """All of the device memory is mappable: weights go there, mapped (written in place),
+    but the host reads large results from cached host memory, not over the bus."""
+    types, heaps = memory(load(name))
+    assert P.maps_device_memory(types, heaps)
+    resident = P.place(types, heaps, "resident").preferred
+    kind = types[resident.type_index]
+    assert resident.mapped and kind.flags & P.DEVICE_LOCAL
+    assert heaps[kind.heap_index].size == P.main_heap_size(types, heaps)
+    readback = types[P.place(types, heaps, "readback").preferred.type_index]
+    assert readback.flags & P.HOST_CACHED, "results are read from cached memory"
+    if not kind.flags & P.HOST_CACHED:
+        assert P.read_in_place_max(types, heaps, resident.type_index) <= 64 << 10
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_large_reads_come_from_cached_memory_wherever_the_device_has_it(name):
+    """For every mappable type: a read of any size is made in place only from cached
+    memory, or where the device has no cached type to stage through."""
+    types, heaps = memory(load(name))
+    cached = P.HOST_VISIBLE | P.HOST_CACHED
+    has_cached = any(t.flags & cached == cached for t in types if P._ordinary(t))
+    for t in types:
+        if not t.flags & P.HOST_VISIBLE:
+            continue
+        limit = P.read_in_place_max(types, heaps, t.index)
+        if t.flags & P.HOST_CACHED or not has_cached:
+            assert limit == P.NO_LIMIT
+        else:
+            assert 0 <= limit <= 64 << 10, "a large read from uncached memory is staged"
 
 
 @pytest.mark.parametrize("name", UNIFIED)

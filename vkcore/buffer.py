@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from . import mapping, placement, vkapi
-from .context import DeviceContext
+from .context import DeviceContext, check_allocation
 from .device_info import TEXEL_FORMATS
 from .errors import VulkanError
 from .holds import Held
@@ -29,16 +29,6 @@ from .holds import Held
 # Results after which the next memory type of a placement is tried: out of host or device
 # memory, or a mapping that failed (out of address space).
 _FALLBACK_RESULTS = frozenset({-1, -2, -5})
-
-
-def check_allocation(device: DeviceContext, nbytes: int, name: str) -> None:
-    """ValueError when one allocation of ``nbytes`` exceeds the device's limit."""
-    limit = device.info.max_memory_allocation_size or (1 << 62)
-    if nbytes > limit:
-        raise ValueError(
-            f"{name} needs {nbytes} bytes in one buffer, more than this device's "
-            f"maxMemoryAllocationSize ({limit} bytes)"
-        )
 
 
 # VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | UNIFORM_TEXEL_BUFFER_BIT | UNIFORM_BUFFER_BIT: any
@@ -105,6 +95,7 @@ class Buffer(Held):
     purpose = "resident"
     _coherent = True  # False: flush after host writes, invalidate before host reads
     _allocation_size = 0  # VkMemoryRequirements.size: the whole mapped allocation
+    read_in_place_max = placement.NO_LIMIT  # larger host reads are staged (uncached memory)
 
     def __init__(self, device: DeviceContext, nbytes: int, *, purpose: str = "resident") -> None:
         if purpose not in placement.PURPOSES:
@@ -216,6 +207,8 @@ class Buffer(Held):
                 "vkMapMemory",
             )
             self._mapped = np.frombuffer(ffi.buffer(ptr[0], self.nbytes), dtype=np.uint8)
+            if self.purpose == "resident":  # (staging buffers are read in place)
+                self.read_in_place_max = dev.read_in_place_max(choice.type_index)
         self.choice = choice
         self._allocation_size = size
         self._coherent = choice.coherent and not mapping.ASSUME_NON_COHERENT
@@ -294,8 +287,11 @@ class Buffer(Held):
         """
         if self._holders:
             self._before_host(reading=True)
-        elif self._fits_whole(out, offset) and out.flags.writeable:
-            self._copy_mapped(out.reshape(-1).view(np.uint8), 0, into_buffer=False)
+        elif (
+            self._fits_whole(out, offset)
+            and out.flags.writeable
+            and self._copy_mapped(out.reshape(-1).view(np.uint8), 0, into_buffer=False)
+        ):
             return
         if not isinstance(out, np.ndarray):
             raise TypeError(f"out must be a numpy array, got {type(out).__name__}")
@@ -335,14 +331,15 @@ class Buffer(Held):
             )
 
     def _copy_mapped(self, raw: np.ndarray, offset: int, *, into_buffer: bool) -> bool:
-        """Copy through the mapping (False when the buffer is not mapped).
+        """Copy through the mapping (False when the buffer is not mapped, or for a read
+        too large to make in place from uncached memory: the caller stages it).
 
         Holds the buffer's lock, so another thread closing the device cannot unmap and
         free the memory in the middle of the copy (numpy copies without the GIL).
         """
         with self._lock:
             self._require_alive()
-            if self._mapped is None:
+            if self._mapped is None or (not into_buffer and raw.size > self.read_in_place_max):
                 return False
             if into_buffer:
                 self._mapped[offset : offset + raw.size] = raw

@@ -29,7 +29,7 @@ from .device_info import choose, query_info
 from .errors import VulkanError
 from .instance import Instance
 from .per_device import PerDeviceMap, StateOwner
-from .placement import Choice, MemoryHeap, MemoryType, Placement, place
+from .placement import Choice, MemoryHeap, MemoryType, Placement, place, read_in_place_max
 
 log = logging.getLogger("vkcore")
 
@@ -100,6 +100,16 @@ class _BufferHandles(NamedTuple):
     views: dict[str, Any]
 
 
+def check_allocation(device: DeviceContext, nbytes: int, name: str) -> None:
+    """ValueError when one allocation of ``nbytes`` exceeds the device's limit."""
+    limit = device.info.max_memory_allocation_size or (1 << 62)
+    if nbytes > limit:
+        raise ValueError(
+            f"{name} needs {nbytes} bytes in one buffer, more than this device's "
+            f"maxMemoryAllocationSize ({limit} bytes)"
+        )
+
+
 class DeviceContext(StateOwner):
     """A VkDevice with one compute queue, its memory types, and the registry of its buffers.
 
@@ -163,6 +173,10 @@ class DeviceContext(StateOwner):
             type_bits=type_bits,
             force_staging=self.force_staging,
         )
+
+    def read_in_place_max(self, type_index: int) -> int:
+        """:func:`vkcore.placement.read_in_place_max` for this device's memory type."""
+        return read_in_place_max(self.memory_types, self.memory_heaps, type_index)
 
     def note_fallback(
         self,

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from . import placement, vkapi
-from .buffer import BUFFER_USAGE, Buffer, check_allocation
-from .context import DeviceContext
+from .buffer import BUFFER_USAGE, Buffer
+from .context import DeviceContext, check_allocation
 from .errors import VulkanError
 
 # Host arrays from this size on are shared with the device instead of copied or freshly

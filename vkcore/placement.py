@@ -20,6 +20,9 @@ Purposes:
               to nonCoherentAtomSize).
 ``params``    small per-call parameters: the BAR window is fine, then any host-visible.
 
+A resident buffer mapped in uncached memory is written in place, but a large read from it
+goes through the readback staging buffer (:func:`read_in_place_max`).
+
 Each placement lists every usable type in order of preference; an allocation that fails
 in one falls back to the next (the caller logs it once). ``resident`` ends with the
 unmapped device-local types (reached through staging; a type mapped first is offered
@@ -165,6 +168,29 @@ def place(
     if not choices:
         raise ValueError(f"no memory type of this device can hold a {purpose} buffer")
     return Placement(purpose, tuple(choices))
+
+
+# Host reads of at most this many bytes from uncached mapped memory are made in place: a
+# copy into cached memory costs a submission and a wait, more than a few uncached loads.
+UNCACHED_READ_IN_PLACE_BYTES = 4096
+NO_LIMIT = 1 << 62
+
+
+def read_in_place_max(
+    types: Sequence[MemoryType], heaps: Sequence[MemoryHeap], type_index: int
+) -> int:
+    """The most bytes the host reads in place from a mapped buffer of memory type
+    ``type_index``; a larger read is copied into the readback staging buffer first.
+
+    The CPU reads uncached (write-combined) memory, such as a discrete GPU's BAR or an
+    APU's carve-out, one uncached load at a time, so large results go through a
+    HOST_CACHED type where the device has one. Cached memory, or a device without a
+    cached type, is read in place whatever the size.
+    """
+    if _has(types[type_index], HOST_CACHED):
+        return NO_LIMIT
+    readback = types[place(types, heaps, "readback").preferred.type_index]
+    return UNCACHED_READ_IN_PLACE_BYTES if _has(readback, HOST_CACHED) else NO_LIMIT
 
 
 _Order = list[tuple[MemoryType, bool]]

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .buffer import Buffer, check_allocation
+from .buffer import Buffer
+from .context import check_allocation
 from .device import Device, resolve
 
 if TYPE_CHECKING:

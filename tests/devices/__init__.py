@@ -25,8 +25,12 @@ _DRIVERS = {
     "DRIVER_ID_MESA_RADV": 3,
     "DRIVER_ID_NVIDIA_PROPRIETARY": 4,
     "DRIVER_ID_INTEL_OPEN_SOURCE_MESA": 6,
+    "DRIVER_ID_QUALCOMM_PROPRIETARY": 8,
+    "DRIVER_ID_ARM_PROPRIETARY": 9,
     "DRIVER_ID_MOLTENVK": 14,
 }
+TEXEL_FORMAT_NAMES = {"r32f": "VK_FORMAT_R32_SFLOAT", "rgba32f": "VK_FORMAT_R32G32B32A32_SFLOAT"}
+TEXEL_FORMAT_NAMES |= {"r32ui": "VK_FORMAT_R32_UINT", "rgba32ui": "VK_FORMAT_R32G32B32A32_UINT"}
 _SUBGROUP_OPS = {"BASIC": SUBGROUP_BASIC, "VOTE": 0x2, "ARITHMETIC": SUBGROUP_ARITHMETIC}
 _SUBGROUP_OPS |= {"BALLOT": 0x8, "SHUFFLE": 0x10, "SHUFFLE_RELATIVE": 0x20, "CLUSTERED": 0x40}
 _SUBGROUP_OPS |= {"QUAD": 0x80}
@@ -64,6 +68,13 @@ def _bits(names: list[str], table: dict[str, int]) -> int:
     return out
 
 
+def _texel_formats(record: dict[str, Any]) -> frozenset[str]:
+    """vkcore's names of the formats the record reads as uniform texel buffers (empty when
+    unknown: vulkaninfo's text report has no format table)."""
+    offered = set(record.get("uniform_texel_buffer_formats", ()))
+    return frozenset(name for name, vk_name in TEXEL_FORMAT_NAMES.items() if vk_name in offered)
+
+
 def device_info(record: dict[str, Any]) -> DeviceInfo:
     lim, sub = record["limits"], record.get("subgroup", {})
     feats = record.get("features", {})
@@ -87,7 +98,7 @@ def device_info(record: dict[str, Any]) -> DeviceInfo:
         driver_info=record.get("driver_info", ""),
         subgroup_size=sub.get("subgroupSize", 0),
         max_storage_buffer_range=lim["maxStorageBufferRange"],
-        max_memory_allocation_size=0,
+        max_memory_allocation_size=lim.get("maxMemoryAllocationSize", 0),
         max_compute_work_group_count=tuple(lim["maxComputeWorkGroupCount"]),
         max_compute_work_group_size=tuple(lim["maxComputeWorkGroupSize"]),
         max_compute_work_group_invocations=lim["maxComputeWorkGroupInvocations"],
@@ -109,7 +120,7 @@ def device_info(record: dict[str, Any]) -> DeviceInfo:
         pipeline_creation_feedback="VK_EXT_pipeline_creation_feedback" in exts,
         extensions=exts,
         max_texel_buffer_elements=lim.get("maxTexelBufferElements", 0),
-        texel_formats=frozenset(),  # vulkaninfo's text report has no format table
+        texel_formats=_texel_formats(record),
         memory_heaps=tuple((h.size, h.flags) for h in heaps),
         memory_types=tuple((t.flags, t.heap_index) for t in types),
         non_coherent_atom_size=lim.get("nonCoherentAtomSize", 0),

@@ -106,6 +106,7 @@ def _placement_of(dev: Device, purpose: str) -> dict[str, Any]:
         choice = buf.choice
         assert choice is not None
         t = dev.memory_types[choice.type_index]
+        limit = buf.read_in_place_max if choice.mapped else 0
         return {
             "type_index": choice.type_index,
             "heap": t.heap_index,
@@ -114,6 +115,8 @@ def _placement_of(dev: Device, purpose: str) -> dict[str, Any]:
             "mapped": choice.mapped,
             "staged": not choice.mapped,
             "coherent": choice.coherent,
+            # Host reads larger than this are staged through cached memory; None: any size.
+            "reads_in_place_up_to": None if limit == placement.NO_LIMIT else limit,
         }
     finally:
         buf.destroy()
