@@ -177,3 +177,17 @@ def test_topk_plans_are_legal(dev, rows, n, k):
     assert plan.best_quads in (1, 2, 4) and plan.kmax >= k
     if not info.is_cpu:
         assert plan.workgroup >= min(64, info.subgroup_size)
+
+
+def test_the_compute_queue_family_is_legal_and_prefers_a_dedicated_one(dev):
+    from vkcore.logical_device import QUEUE_COMPUTE, QUEUE_GRAPHICS, choose_compute_family
+
+    bits = {"GRAPHICS": QUEUE_GRAPHICS, "COMPUTE": QUEUE_COMPUTE}
+    families = devices.load(dev.name)["queue_families"]
+    flags = [sum(bits.get(f, 0) for f in fam["flags"]) for fam in families]
+    chosen = choose_compute_family(flags)
+    assert chosen is not None and flags[chosen] & QUEUE_COMPUTE
+    if any(f & QUEUE_COMPUTE and not f & QUEUE_GRAPHICS for f in flags):
+        assert not flags[chosen] & QUEUE_GRAPHICS, "the dedicated compute family"
+    assert families[chosen]["timestamp_valid_bits"] > 0  # every recorded GPU times compute
+    assert choose_compute_family([QUEUE_GRAPHICS, 0]) is None

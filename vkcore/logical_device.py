@@ -3,6 +3,7 @@ extensions vkcore uses enabled, and reading its memory budget where it reports o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from . import vkapi
@@ -24,22 +25,31 @@ class LogicalDevice(NamedTuple):
     enabled_extensions: list[str]
 
 
+QUEUE_GRAPHICS, QUEUE_COMPUTE = 0x1, 0x2
+
+
+def choose_compute_family(queue_flags: Sequence[int]) -> int | None:
+    """The queue family to compute on, from each family's VkQueueFlags: a dedicated
+    compute family where there is one (async compute on GPUs), else the first with
+    compute; None when no family computes."""
+    families = [i for i, flags in enumerate(queue_flags) if flags & QUEUE_COMPUTE]
+    dedicated = [i for i in families if not queue_flags[i] & QUEUE_GRAPHICS]
+    ordered = dedicated or families
+    return ordered[0] if ordered else None
+
+
 def compute_queue_family(ffi: Any, lib: Any, physical: Any, name: str) -> tuple[int, int]:
-    """The queue family to compute on and its timestampValidBits: a dedicated compute
-    family where there is one (async compute on GPUs), else the first with compute."""
+    """The queue family to compute on (:func:`choose_compute_family`) and its
+    timestampValidBits."""
     count = ffi.new("uint32_t*")
     lib.vkGetPhysicalDeviceQueueFamilyProperties(physical, count, ffi.NULL)
     props = ffi.new("VkQueueFamilyProperties[]", count[0])
     lib.vkGetPhysicalDeviceQueueFamilyProperties(physical, count, props)
-    compute = vkapi.flag("VK_QUEUE_COMPUTE_BIT")
-    graphics = vkapi.flag("VK_QUEUE_GRAPHICS_BIT")
-    families = [i for i in range(count[0]) if props[i].queueFlags & compute]
-    if not families:
+    index = choose_compute_family([props[i].queueFlags for i in range(count[0])])
+    if index is None:
         raise VulkanError(
             "vkGetPhysicalDeviceQueueFamilyProperties", 0, f"{name} has no compute queue"
         )
-    dedicated = [i for i in families if not props[i].queueFlags & graphics]
-    index = (dedicated or families)[0]
     return index, props[index].timestampValidBits
 
 
