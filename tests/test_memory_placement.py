@@ -4,6 +4,7 @@ and `vkcore info` reporting all of it."""
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -146,6 +147,12 @@ def test_large_reads_of_uncached_mapped_memory_go_through_cached_staging(monkeyp
         np.testing.assert_array_equal(strided, a)
         out = vkcore.softmax(ta)  # a kernel's output, read after the kernel wrote it
         np.testing.assert_allclose(out.numpy(), vkcore.reference.softmax(a), atol=1e-6)
+        del out
+        gc.collect()  # the leased output's memory goes back to the pool (a new Buffer)
+        out = vkcore.softmax(ta)  # ... and is leased again
+        before = calls["download"]
+        np.testing.assert_allclose(out.numpy(), vkcore.reference.softmax(a), atol=1e-6)
+        assert calls["download"] == before + 1, "a pooled buffer keeps its read limit"
         before = calls["download"]
         got = vkcore.softmax(a, device=dev)  # numpy in, numpy out: the call's own buffers
         np.testing.assert_allclose(got, vkcore.reference.softmax(a), atol=1e-6)
@@ -406,6 +413,10 @@ def test_info_json_reports_extensions_memory_and_placement(device, capsys):
         assert p["heap"] == device.info.memory_types[p["type_index"]][1]
         assert p["heap_size"] == device.info.memory_heaps[p["heap"]][0]
         assert p["staged"] is (not p["mapped"])
+        # Mapped cached memory (lavapipe's one type) is read in place whatever the size.
+        kind = device.info.memory_types[p["type_index"]][0]
+        if p["mapped"] and kind & placement.HOST_CACHED:
+            assert p["reads_in_place_up_to"] is None
     if device.info.device_type == "cpu":  # lavapipe: one heap, mapped directly
         assert mem["placement"]["resident"]["mapped"] is True
     if "VK_EXT_memory_budget" in device.info.extensions:
@@ -450,6 +461,7 @@ def test_info_json_with_forced_staging_reports_resident_staged():
     assert mem["force_staging"] is True
     assert mem["placement"]["resident"]["mapped"] is False
     assert mem["placement"]["resident"]["staged"] is True
+    assert mem["placement"]["resident"]["reads_in_place_up_to"] == 0  # every read staged
     assert mem["placement"]["readback"]["mapped"] is True
 
 

@@ -48,7 +48,8 @@ class MappedBytes:
 
     Indexing returns a copy and assignment writes through, both under the buffer's lock
     and only while it is alive: no numpy array can outlive the mapping (a view kept past
-    ``destroy`` would read freed memory or crash).
+    ``destroy`` would read freed memory or crash). It reads the mapping in place at any
+    size (``Buffer.read`` stages large reads of uncached memory).
     """
 
     def __init__(self, buffer: Buffer) -> None:

@@ -43,6 +43,7 @@ PROTECTED = 0x20
 # AMD's device-coherent/uncached types: usable, but slow for ordinary buffers.
 DEVICE_COHERENT_AMD = 0x40
 DEVICE_UNCACHED_AMD = 0x80
+RDMA_CAPABLE_NV = 0x100  # (also usable for ordinary buffers)
 HEAP_DEVICE_LOCAL = 0x1
 
 PURPOSES = ("resident", "upload", "readback", "params")
@@ -59,6 +60,7 @@ FLAG_NAMES = {
     "PROTECTED": PROTECTED,
     "DEVICE_COHERENT_AMD": DEVICE_COHERENT_AMD,
     "DEVICE_UNCACHED_AMD": DEVICE_UNCACHED_AMD,
+    "RDMA_CAPABLE_NV": RDMA_CAPABLE_NV,
 }
 HEAP_FLAG_NAMES = {"DEVICE_LOCAL": HEAP_DEVICE_LOCAL, "MULTI_INSTANCE": 0x2}
 

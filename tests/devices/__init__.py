@@ -17,18 +17,13 @@ from vkcore import placement
 from vkcore.device import Device
 from vkcore.device_info import STAGE_COMPUTE, SUBGROUP_ARITHMETIC, SUBGROUP_BASIC, DeviceInfo
 
+from . import gpuinfo
+
 HERE = Path(__file__).resolve().parent
 NAMES = sorted(p.stem for p in HERE.glob("*.json"))
 
 _TYPES = {"DISCRETE_GPU": "discrete", "INTEGRATED_GPU": "integrated", "CPU": "cpu"}
-_DRIVERS = {
-    "DRIVER_ID_MESA_RADV": 3,
-    "DRIVER_ID_NVIDIA_PROPRIETARY": 4,
-    "DRIVER_ID_INTEL_OPEN_SOURCE_MESA": 6,
-    "DRIVER_ID_QUALCOMM_PROPRIETARY": 8,
-    "DRIVER_ID_ARM_PROPRIETARY": 9,
-    "DRIVER_ID_MOLTENVK": 14,
-}
+_DRIVERS = {f"DRIVER_ID_{name}": value for value, name in gpuinfo.DRIVER_IDS.items()}
 TEXEL_FORMAT_NAMES = {"r32f": "VK_FORMAT_R32_SFLOAT", "rgba32f": "VK_FORMAT_R32G32B32A32_SFLOAT"}
 TEXEL_FORMAT_NAMES |= {"r32ui": "VK_FORMAT_R32_UINT", "rgba32ui": "VK_FORMAT_R32G32B32A32_UINT"}
 _SUBGROUP_OPS = {"BASIC": SUBGROUP_BASIC, "VOTE": 0x2, "ARITHMETIC": SUBGROUP_ARITHMETIC}
@@ -68,6 +63,10 @@ def _bits(names: list[str], table: dict[str, int]) -> int:
     return out
 
 
+def _uuid(record: dict[str, Any], key: str) -> bytes:
+    return uuid.UUID(record[key]).bytes if key in record else bytes(16)  # unknown: zeros
+
+
 def _texel_formats(record: dict[str, Any]) -> frozenset[str]:
     """vkcore's names of the formats the record reads as uniform texel buffers (empty when
     unknown: vulkaninfo's text report has no format table)."""
@@ -91,8 +90,8 @@ def device_info(record: dict[str, Any]) -> DeviceInfo:
         device_id=record["device_id"],
         driver_version=int(record.get("driver_version", 0)),
         api_version=_api(record["api_version"]),
-        pipeline_cache_uuid=uuid.UUID(record["pipeline_cache_uuid"]).bytes,
-        device_uuid=uuid.UUID(record["device_uuid"]).bytes,
+        pipeline_cache_uuid=_uuid(record, "pipeline_cache_uuid"),
+        device_uuid=_uuid(record, "device_uuid"),
         driver_id=_DRIVERS.get(record.get("driver_id", ""), 0),
         driver_name=record.get("driver_name", ""),
         driver_info=record.get("driver_info", ""),
