@@ -28,14 +28,20 @@ class LogicalDevice(NamedTuple):
 QUEUE_GRAPHICS, QUEUE_COMPUTE = 0x1, 0x2
 
 
-def choose_compute_family(queue_flags: Sequence[int]) -> int | None:
-    """The queue family to compute on, from each family's VkQueueFlags: a dedicated
-    compute family where there is one (async compute on GPUs), else the first with
-    compute; None when no family computes."""
-    families = [i for i, flags in enumerate(queue_flags) if flags & QUEUE_COMPUTE]
-    dedicated = [i for i in families if not queue_flags[i] & QUEUE_GRAPHICS]
-    ordered = dedicated or families
-    return ordered[0] if ordered else None
+def choose_compute_family(families: Sequence[tuple[int, int]]) -> int | None:
+    """The queue family to compute on, from each family's (VkQueueFlags,
+    timestampValidBits): one with timestamps where there is one (device times, `vkcore
+    tune`), among those a dedicated compute family (async compute on GPUs), else the first
+    with compute; None when no family computes."""
+    computing = [i for i, (flags, _) in enumerate(families) if flags & QUEUE_COMPUTE]
+    if not computing:
+        return None
+
+    def rank(i: int) -> tuple[bool, bool]:
+        flags, timestamp_bits = families[i]
+        return timestamp_bits == 0, bool(flags & QUEUE_GRAPHICS)
+
+    return min(computing, key=rank)  # stable: the first of equals
 
 
 def compute_queue_family(ffi: Any, lib: Any, physical: Any, name: str) -> tuple[int, int]:
@@ -45,7 +51,8 @@ def compute_queue_family(ffi: Any, lib: Any, physical: Any, name: str) -> tuple[
     lib.vkGetPhysicalDeviceQueueFamilyProperties(physical, count, ffi.NULL)
     props = ffi.new("VkQueueFamilyProperties[]", count[0])
     lib.vkGetPhysicalDeviceQueueFamilyProperties(physical, count, props)
-    index = choose_compute_family([props[i].queueFlags for i in range(count[0])])
+    families = [(props[i].queueFlags, props[i].timestampValidBits) for i in range(count[0])]
+    index = choose_compute_family(families)
     if index is None:
         raise VulkanError(
             "vkGetPhysicalDeviceQueueFamilyProperties", 0, f"{name} has no compute queue"

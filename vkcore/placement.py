@@ -119,9 +119,13 @@ def _ordinary(t: MemoryType) -> bool:
 
 
 def main_heap_size(types: Sequence[MemoryType], heaps: Sequence[MemoryHeap]) -> int:
-    """Size of the largest device-local heap (of the largest heap when none is)."""
-    local = [h.size for h in heaps if h.flags & HEAP_DEVICE_LOCAL]
-    return max(local or [h.size for h in heaps] or [0])
+    """Size of the largest heap that holds an ordinary DEVICE_LOCAL memory type (of the
+    largest heap with any ordinary type when none does). A heap only protected or lazily
+    allocated types live in (a phone's 4 GiB protected heap), or one no type lives in,
+    holds no buffers, so it is never the main one."""
+    ordinary = [t for t in types if _ordinary(t)]
+    local = [heaps[t.heap_index].size for t in ordinary if _has(t, DEVICE_LOCAL)]
+    return max(local or [heaps[t.heap_index].size for t in ordinary] or [0])
 
 
 def maps_device_memory(types: Sequence[MemoryType], heaps: Sequence[MemoryHeap]) -> bool:

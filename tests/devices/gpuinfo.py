@@ -164,7 +164,7 @@ def limits(report: dict[str, Any]) -> dict[str, Any]:
     lim = report["properties"]["limits"]
     out: dict[str, Any] = {}
     for key in LIMITS:
-        if key not in lim:
+        if lim.get(key) is None:  # not reported (some reports store a null)
             continue
         value = lim[key]
         if key == "timestampComputeAndGraphics":
