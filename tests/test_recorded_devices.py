@@ -145,12 +145,27 @@ def test_memory_placement_from_device_info(dev):
     resident = placement.place(types, heaps, "resident").preferred
     kind = types[resident.type_index]
     assert kind.flags & placement.DEVICE_LOCAL
-    main = placement.main_heap_size(types, heaps)
+    # The heaps buffers can live in: ordinary device-local types (not lazily allocated,
+    # protected or AMD-uncached), of a size above 0.
+    not_for_buffers = 0x10 | 0x20 | 0x40 | 0x80
+    largest = max(
+        (
+            heaps[t.heap_index].size
+            for t in types
+            if t.flags & placement.DEVICE_LOCAL
+            and not t.flags & not_for_buffers
+            and heaps[t.heap_index].size
+        ),
+        default=0,  # (a translation layer once reported its device-local heap as 0 bytes)
+    )
     heap = heaps[kind.heap_index].size
+    if not largest:
+        return
     if resident.mapped:  # never in a small window (a BAR, an APU's 256 MiB aperture)
-        assert heap >= placement.MAIN_HEAP_FRACTION * main
-    else:  # staged: into the device's main memory
-        assert heap == main
+        assert heap >= largest / 2
+        assert heap > 256 << 20 or largest <= 256 << 20
+    else:  # staged: into the device's largest memory
+        assert heap == largest
     if dev.info.device_type in ("integrated", "cpu") and len(heaps) == 1:
         assert resident.mapped, "one heap: device memory is host memory"
 
@@ -208,3 +223,24 @@ def test_the_compute_queue_family_choice_on_made_up_families():
     assert choose_compute_family([(graphics | compute, 64), (compute, 0)]) == 0
     assert choose_compute_family([(graphics | compute, 0), (compute, 0)]) == 1
     assert choose_compute_family([(compute, 36), (compute, 64)]) == 0
+
+
+def test_the_timestamp_bits_are_the_chosen_familys():
+    """compute_queue_family returns the chosen family and that family's
+    timestampValidBits (here the second family: dedicated compute, with timestamps)."""
+    from vulkan import ffi
+
+    from vkcore.logical_device import compute_queue_family
+
+    families = [(0x1 | 0x2, 36), (0x2, 64), (0x4, 0)]
+
+    class Lib:
+        def vkGetPhysicalDeviceQueueFamilyProperties(self, physical, count, props):
+            count[0] = len(families)
+            if props != ffi.NULL:
+                for i, (flags, bits) in enumerate(families):
+                    props[i].queueFlags, props[i].timestampValidBits = flags, bits
+
+    assert compute_queue_family(ffi, Lib(), None, "made up") == (1, 64)
+    families[1] = (0x2, 0)  # no timestamps there: the graphics family, which has them
+    assert compute_queue_family(ffi, Lib(), None, "made up") == (0, 36)

@@ -8,8 +8,8 @@ Purposes:
 
 ``resident``  data kernels use repeatedly (weights, Tensors): device-local. It is mapped
               directly only where the mappable device-local heap is the device's main
-              one (UMA, integrated and CPU devices, resizable BAR with a heap about as
-              large as the largest device-local heap). A discrete GPU without resizable
+              one (:func:`main_heap_size`: UMA, most integrated and CPU devices,
+              resizable BAR with a heap about as large). A discrete GPU without resizable
               BAR exposes a small (typically 256 MiB) mappable window; weights never go
               there, and transfers use a staging buffer instead.
 ``upload``    host-visible memory the host writes and the device reads (staging for
@@ -47,7 +47,7 @@ RDMA_CAPABLE_NV = 0x100  # (also usable for ordinary buffers)
 HEAP_DEVICE_LOCAL = 0x1
 
 PURPOSES = ("resident", "upload", "readback", "params")
-# A mappable device-local heap at least this fraction of the largest device-local heap is
+# A mappable device-local heap at least this fraction of the main heap (main_heap_size) is
 # the device's main memory (resizable BAR reports slightly less than the whole VRAM).
 MAIN_HEAP_FRACTION = 0.75
 
@@ -121,9 +121,9 @@ def _ordinary(t: MemoryType) -> bool:
 def main_heap_size(types: Sequence[MemoryType], heaps: Sequence[MemoryHeap]) -> int:
     """Size of the largest heap that holds an ordinary DEVICE_LOCAL memory type (of the
     largest heap with any ordinary type when none does). A heap only protected or lazily
-    allocated types live in (a phone's 4 GiB protected heap), or one no type lives in,
-    holds no buffers, so it is never the main one."""
-    ordinary = [t for t in types if _ordinary(t)]
+    allocated types live in (a phone's 4 GiB protected heap), one no type lives in, or one
+    that reports 0 bytes holds no buffers, so it is never the main one."""
+    ordinary = [t for t in types if _ordinary(t) and heaps[t.heap_index].size > 0]
     local = [heaps[t.heap_index].size for t in ordinary if _has(t, DEVICE_LOCAL)]
     return max(local or [heaps[t.heap_index].size for t in ordinary] or [0])
 

@@ -1,15 +1,18 @@
 """Run the decision tests on thousands of real devices: every report of a local clone of
 the Vulkan Hardware Database mirror (github.com/kainino0x/gpuinfo-vulkan-reports-mirror)
-converted by gpuinfo.py, the newest report per device name and OS, Vulkan 1.1 and up.
+converted by gpuinfo.py: the newest usable report per device name and OS, Vulkan 1.1
+and up.
 
     git clone https://github.com/kainino0x/gpuinfo-vulkan-reports-mirror /tmp/mirror
     python tests/devices/sweep.py /tmp/mirror [--limit N]
 
 The tests run in a copy of tests/ whose devices/ holds the converted reports instead of
-the recorded ones (reports without memory types, compute limits or subgroup properties,
-or below Vulkan's required limits, are left out). The tests about the recorded set as a
-whole (which kinds it covers, named files) are deselected. Prints pytest's summary; the
-exit status is pytest's.
+the recorded ones (reports without memory types, compute limits, subgroup properties or
+a pipeline-cache UUID, or below Vulkan's required limits, are left out). The tests about
+the recorded set as a whole (which kinds it covers, named files) are deselected; the
+files' few tests on the local Vulkan device run once (they need its driver and the
+validation layer). Prints pytest's summary; the exit status is pytest's (2 when no
+report is usable).
 """
 
 from __future__ import annotations
@@ -42,64 +45,83 @@ MIN_STORAGE_BUFFER_RANGE = 1 << 27  # the Vulkan minimum
 NEEDED_LIMITS = ("maxComputeWorkGroupCount", "maxComputeWorkGroupSize", "maxStorageBufferRange")
 
 
-def _reports(mirror: Path) -> list[tuple[str, dict]]:
-    """(report id, report) for every report file of the mirror's newest commit."""
-    tree = subprocess.run(
-        ["git", "-C", str(mirror), "ls-tree", "HEAD", "reports/"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.splitlines()
-    cat = subprocess.Popen(
-        ["git", "-C", str(mirror), "cat-file", "--batch"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
-    assert cat.stdin is not None and cat.stdout is not None
-    out = []
-    for line in tree:
-        sha, path = line.split()[2], line.split("\t")[1]
-        cat.stdin.write(sha.encode() + b"\n")
+class Mirror:
+    """The report files of a mirror clone's newest commit, read through one
+    ``git cat-file --batch`` (a report is parsed only when asked for)."""
+
+    def __init__(self, path: Path) -> None:
+        listing = subprocess.run(
+            ["git", "-C", str(path), "ls-tree", "--full-tree", "HEAD", "reports/"],
+            capture_output=True,
+            text=True,
+        )
+        if listing.returncode != 0:
+            raise SystemExit(f"sweep: {path} is not a clone of the mirror: {listing.stderr}")
+        self.blobs = {}  # report id -> blob
+        for line in listing.stdout.splitlines():
+            blob, name = line.split()[2], Path(line.split("\t")[1]).stem
+            if name.isdigit():
+                self.blobs[name] = blob
+        self._cat = subprocess.Popen(
+            ["git", "-C", str(path), "cat-file", "--batch"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+
+    def report(self, rid: str) -> dict | None:
+        cat = self._cat
+        assert cat.stdin is not None and cat.stdout is not None
+        cat.stdin.write(self.blobs[rid].encode() + b"\n")
         cat.stdin.flush()
-        size = int(cat.stdout.readline().split()[2])
-        data = cat.stdout.read(size)
+        header = cat.stdout.readline().split()
+        if len(header) < 3:  # "<blob> missing": a partial clone
+            return None
+        data = cat.stdout.read(int(header[2]))
         cat.stdout.read(1)
         try:
-            out.append((Path(path).stem, json.loads(data)))
+            return json.loads(data)
         except ValueError:
-            continue
-    cat.stdin.close()
-    cat.wait()
-    return out
+            return None
 
 
 def _api(report: dict) -> tuple[int, ...]:
     try:
         return tuple(int(v) for v in report["properties"]["apiVersionText"].split("."))
-    except (KeyError, ValueError):
+    except (KeyError, ValueError, AttributeError):
         return (0,)
 
 
-def newest_per_device(reports: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
-    best: dict[tuple[str, str], tuple[int, str, dict]] = {}
-    for rid, report in reports:
-        if not rid.isdigit() or _api(report) < (1, 1):
+def newest_usable_per_device(mirror: Mirror) -> list[tuple[str, dict]]:
+    """For each device name and OS, the record of its newest usable report: the reports
+    are read once to group them, then newest first until one is usable."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for rid in mirror.blobs:
+        report = mirror.report(rid)
+        if report is None or _api(report) < (1, 1):
             continue
-        key = (report["properties"].get("deviceName", ""), report["environment"].get("name", ""))
-        if key not in best or int(rid) > best[key][0]:
-            best[key] = (int(rid), rid, report)
-    return [(rid, report) for _, rid, report in sorted(best.values())]
+        props, env = report.get("properties", {}), report.get("environment", {})
+        key = (str(props.get("deviceName", "")), str(env.get("name", "")))
+        groups.setdefault(key, []).append(rid)
+    chosen = []
+    for rids in groups.values():
+        for rid in sorted(rids, key=int, reverse=True):
+            report = mirror.report(rid)
+            record = report and gpuinfo.record(report, f"vulkan.gpuinfo.org report {rid}")
+            if record and usable(record):
+                chosen.append((rid, record))
+                break
+    return sorted(chosen, key=lambda item: int(item[0]))
 
 
 def usable(record: dict) -> bool:
     """A report complete enough for the decisions, of a device within Vulkan's required
-    limits (an emulator once reported maxStorageBufferRange 0)."""
+    limits (an emulator once reported maxStorageBufferRange 0, another subgroupSize 0)."""
     lim = record.get("limits", {})
     return bool(
         record.get("memory_types")
         and all(k in lim for k in NEEDED_LIMITS)
         and lim["maxStorageBufferRange"] >= MIN_STORAGE_BUFFER_RANGE
-        and "subgroup" in record
+        and record.get("subgroup", {}).get("subgroupSize", 0) >= 1
         and "pipeline_cache_uuid" in record
     )
 
@@ -109,19 +131,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("mirror", type=Path, help="a clone of gpuinfo-vulkan-reports-mirror")
     parser.add_argument("--limit", type=int, default=0, help="at most this many devices")
     args = parser.parse_args(argv)
-    chosen = newest_per_device(_reports(args.mirror))
+    mirror = Mirror(args.mirror)
+    chosen = newest_usable_per_device(mirror)
+    if args.limit:
+        chosen = chosen[: args.limit]
+    print(f"sweep: {len(chosen)} devices from {len(mirror.blobs)} reports", flush=True)
+    if not chosen:
+        print("sweep: no usable report: is this the mirror's clone?", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory(prefix="vkcore-sweep-") as tmp:
         copy = Path(tmp) / "tests"
         shutil.copytree(TESTS, copy, ignore=shutil.ignore_patterns("*.json", "__pycache__"))
-        written = 0
-        for rid, report in chosen:
-            record = gpuinfo.record(report, f"vulkan.gpuinfo.org report {rid}")
-            if usable(record):
-                (copy / "devices" / f"r{rid}.json").write_text(json.dumps(record))
-                written += 1
-                if written == args.limit:
-                    break
-        print(f"sweep: {written} devices from {len(chosen)} newest reports", flush=True)
+        for rid, record in chosen:
+            (copy / "devices" / f"r{rid}.json").write_text(json.dumps(record))
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
         command += ["--tb=line", "-k", ABOUT_THE_SET, "--rootdir", tmp]
         command += [str(copy / name) for name in DECISION_TESTS]
