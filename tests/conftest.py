@@ -7,14 +7,23 @@ Every test fails if the validation layer reported anything during it.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 
 import pytest
 
 # Isolate caches before vkcore reads the environment (the user's folders stay untouched).
 _CACHE_ROOT = tempfile.mkdtemp(prefix="vkcore-test-cache-")
+_CACHE_OWNER = os.getpid()
 os.environ["VKCORE_CACHE_DIR"] = _CACHE_ROOT
 os.environ.setdefault("VKCORE_VALIDATION", "1")
+
+
+def pytest_unconfigure(config):
+    """Remove the session's cache folder (only in the process that made it: a forked
+    child that ends must not take it from the running session)."""
+    if os.getpid() == _CACHE_OWNER:
+        shutil.rmtree(_CACHE_ROOT, ignore_errors=True)
 
 
 # The plugin vkcore.testing (loaded through its pytest11 entry point, and named here for
