@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 import vkcore
@@ -62,3 +64,9 @@ def check_softmax_topk(x, k, got):
     np.testing.assert_array_equal(np.isnan(probs), np.isnan(ref_p))
     fin = ~np.isnan(ref_p)
     assert np.abs(probs[fin].astype(np.float64) - ref_p[fin]).max(initial=0) <= PROB_ATOL
+
+
+def python_path_with(first: object) -> str:
+    """PYTHONPATH for a child process: ``first`` (the checkout whose vkcore it must run),
+    then whatever this run's PYTHONPATH already holds (where `vulkan` may come from)."""
+    return os.pathsep.join(filter(None, [str(first), os.environ.get("PYTHONPATH")]))

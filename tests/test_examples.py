@@ -62,7 +62,11 @@ def test_gpu_scripts_refuse_to_run_without_the_nvidia_driver(script, tmp_path):
     letting lavapipe answer in the GPU's place."""
     if any(
         Path(d, "nvidia_icd.json").exists()
-        for d in ("/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d")
+        for d in (
+            "/usr/share/vulkan/icd.d",
+            "/etc/vulkan/icd.d",
+            "/usr/local/nvidia/share/vulkan/icd.d",
+        )
     ):
         pytest.skip("this machine has NVIDIA's driver: the script would run for real")
     out = subprocess.run(
@@ -71,6 +75,7 @@ def test_gpu_scripts_refuse_to_run_without_the_nvidia_driver(script, tmp_path):
         capture_output=True,
         text=True,
         timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "GPU_CHECK_ICD"},
     )
     assert out.returncode == 1
     assert "no nvidia_icd.json" in out.stderr

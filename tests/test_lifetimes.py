@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from checks import python_path_with
 
 import vkcore
 from vkcore.buffer import Buffer
@@ -142,7 +143,7 @@ def test_per_device_state_lives_on_the_device():
 def run_fork_scenario(scenario: str) -> subprocess.CompletedProcess:
     worker = Path(__file__).with_name("fork_worker.py")
     root = str(Path(vkcore.__file__).resolve().parents[1])  # this vkcore, not another
-    env = dict(os.environ, VKCORE_VALIDATION="0", PYTHONPATH=root)
+    env = dict(os.environ, VKCORE_VALIDATION="0", PYTHONPATH=python_path_with(root))
     try:
         return subprocess.run(
             [sys.executable, str(worker), scenario],

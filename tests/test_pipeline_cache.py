@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from checks import python_path_with
 from mesa25 import mesa25_env
 
 import vkcore
@@ -106,7 +107,7 @@ def with_payload_size(data: bytes, size: int) -> bytes:
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    full = {**os.environ, "PYTHONPATH": python_path_with(REPO), **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "vkcore", *args],
         capture_output=True,
@@ -498,7 +499,7 @@ def test_folder_that_cannot_be_created(tmp_path, caplog):
 
 # ---------------------------------------------------------------------------- concurrency
 def test_concurrent_processes_never_damage_the_file(root, key):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": python_path_with(REPO)}
     procs = [
         subprocess.Popen(
             [sys.executable, str(WORKER), "hammer", str(root), "12"],
@@ -571,7 +572,7 @@ def test_failed_write_leaves_no_temp_file(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------------------- driver upgrade
 def _probe(root: Path, env: dict[str, str] | None = None) -> dict:
-    full = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    full = {**os.environ, "PYTHONPATH": python_path_with(REPO), **(env or {})}
     out = subprocess.run(
         [sys.executable, str(WORKER), "probe", str(root)],
         capture_output=True,

@@ -6,10 +6,10 @@ tested on recorded real devices and on the loader here."""
 
 from __future__ import annotations
 
+import devices
 import pytest
 
 import vkcore
-from tests import devices
 from vkcore import instance as inst
 from vkcore import vkapi
 
