@@ -1,31 +1,20 @@
 """Memory placement (vkcore.placement) on the recorded memory properties of real devices."""
 
 import pytest
-from devices import NAMES, load, memory
+from devices import NAMES, largest_heap_with, load, memory
 
 from vkcore import placement as P
 
 DISCRETE = [n for n in NAMES if load(n).get("device_type") == "DISCRETE_GPU"]
 UNIFIED = [n for n in NAMES if load(n).get("device_type") in ("INTEGRATED_GPU", "CPU")]
 BAR_WINDOW = 256 << 20
-_NOT_FOR_BUFFERS = {"LAZILY_ALLOCATED", "PROTECTED", "DEVICE_COHERENT_AMD", "DEVICE_UNCACHED_AMD"}
-
-
-def _largest_heap_with(record, *flags):
-    """The largest heap holding an ordinary memory type with all ``flags`` (0: none)."""
-    sizes = [
-        record["memory_heaps"][t["heap_index"]]["size"]
-        for t in record["memory_types"]
-        if set(flags) <= set(t["flags"]) and not _NOT_FOR_BUFFERS & set(t["flags"])
-    ]
-    return max(sizes, default=0)
 
 
 def _main_and_window(record):
     """The device's main memory (its largest heap of device-local buffers) and its largest
     heap of mappable device-local memory."""
-    main = _largest_heap_with(record, "DEVICE_LOCAL")
-    return main, _largest_heap_with(record, "DEVICE_LOCAL", "HOST_VISIBLE", "HOST_COHERENT")
+    main = largest_heap_with(record, "DEVICE_LOCAL")
+    return main, largest_heap_with(record, "DEVICE_LOCAL", "HOST_VISIBLE", "HOST_COHERENT")
 
 
 def _all_mappable(name):
@@ -90,7 +79,7 @@ def test_discrete_gpu_without_rebar_keeps_weights_out_of_the_bar_window(name):
     resident = P.place(types, heaps, "resident").preferred
     assert not resident.mapped
     assert heaps[types[resident.type_index].heap_index].size == main, "the large heap"
-    if _largest_heap_with(record, "HOST_VISIBLE", "HOST_CACHED"):
+    if largest_heap_with(record, "HOST_VISIBLE", "HOST_CACHED"):
         readback = types[P.place(types, heaps, "readback").preferred.type_index]
         assert readback.flags & P.HOST_CACHED, "results are read from cached memory"
     host = [t for t in types if t.flags & P.HOST_VISIBLE and not t.flags & P.DEVICE_LOCAL]
@@ -113,7 +102,7 @@ def test_discrete_gpu_with_full_bar_maps_weights_but_stages_large_reads(name):
     kind = types[resident.type_index]
     assert resident.mapped and kind.flags & P.DEVICE_LOCAL
     assert heaps[kind.heap_index].size == P.main_heap_size(types, heaps)
-    if not _largest_heap_with(load(name), "HOST_VISIBLE", "HOST_CACHED"):
+    if not largest_heap_with(load(name), "HOST_VISIBLE", "HOST_CACHED"):
         pytest.skip("this device has no cached memory to read results from")
     readback = types[P.place(types, heaps, "readback").preferred.type_index]
     assert readback.flags & P.HOST_CACHED, "results are read from cached memory"

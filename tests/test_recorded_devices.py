@@ -145,19 +145,9 @@ def test_memory_placement_from_device_info(dev):
     resident = placement.place(types, heaps, "resident").preferred
     kind = types[resident.type_index]
     assert kind.flags & placement.DEVICE_LOCAL
-    # The heaps buffers can live in: ordinary device-local types (not lazily allocated,
-    # protected or AMD-uncached), of a size above 0.
-    not_for_buffers = 0x10 | 0x20 | 0x40 | 0x80
-    largest = max(
-        (
-            heaps[t.heap_index].size
-            for t in types
-            if t.flags & placement.DEVICE_LOCAL
-            and not t.flags & not_for_buffers
-            and heaps[t.heap_index].size
-        ),
-        default=0,  # (a translation layer once reported its device-local heap as 0 bytes)
-    )
+    # The largest heap buffers can live in (none: a translation layer once reported its
+    # device-local heap as 0 bytes).
+    largest = devices.largest_heap_with(devices.load(dev.name), "DEVICE_LOCAL")
     heap = heaps[kind.heap_index].size
     if not largest:
         return

@@ -15,7 +15,13 @@ from typing import Any
 
 from vkcore import placement
 from vkcore.device import Device
-from vkcore.device_info import STAGE_COMPUTE, SUBGROUP_ARITHMETIC, SUBGROUP_BASIC, DeviceInfo
+from vkcore.device_info import (
+    STAGE_COMPUTE,
+    SUBGROUP_ARITHMETIC,
+    SUBGROUP_BASIC,
+    TEXEL_FORMATS,
+    DeviceInfo,
+)
 
 from . import gpuinfo
 
@@ -24,8 +30,10 @@ NAMES = sorted(p.stem for p in HERE.glob("*.json"))
 
 _TYPES = {"DISCRETE_GPU": "discrete", "INTEGRATED_GPU": "integrated", "CPU": "cpu"}
 _DRIVERS = {f"DRIVER_ID_{name}": value for value, name in gpuinfo.DRIVER_IDS.items()}
-TEXEL_FORMAT_NAMES = {"r32f": "VK_FORMAT_R32_SFLOAT", "rgba32f": "VK_FORMAT_R32G32B32A32_SFLOAT"}
-TEXEL_FORMAT_NAMES |= {"r32ui": "VK_FORMAT_R32_UINT", "rgba32ui": "VK_FORMAT_R32G32B32A32_UINT"}
+# vkcore's name of each texel format -> the Vulkan name the records use.
+TEXEL_FORMAT_NAMES = {name: gpuinfo.TEXEL_FORMATS[code] for name, code in TEXEL_FORMATS.items()}
+# Memory types no buffer is placed in (names as the records spell them).
+NOT_FOR_BUFFERS = {"LAZILY_ALLOCATED", "PROTECTED", "DEVICE_COHERENT_AMD", "DEVICE_UNCACHED_AMD"}
 _SUBGROUP_OPS = {"BASIC": SUBGROUP_BASIC, "VOTE": 0x2, "ARITHMETIC": SUBGROUP_ARITHMETIC}
 _SUBGROUP_OPS |= {"BALLOT": 0x8, "SHUFFLE": 0x10, "SHUFFLE_RELATIVE": 0x20, "CLUSTERED": 0x40}
 _SUBGROUP_OPS |= {"QUAD": 0x80}
@@ -61,6 +69,20 @@ def _bits(names: list[str], table: dict[str, int]) -> int:
     for n in names:
         out |= table.get(n, 0)
     return out
+
+
+def largest_heap_with(record: dict[str, Any], *flags: str) -> int:
+    """The largest heap (of more than 0 bytes) holding a memory type with all ``flags``
+    that buffers can be placed in; 0 when there is none."""
+    heaps = record["memory_heaps"]
+    return max(
+        (
+            heaps[t["heap_index"]]["size"]
+            for t in record["memory_types"]
+            if set(flags) <= set(t["flags"]) and not NOT_FOR_BUFFERS & set(t["flags"])
+        ),
+        default=0,
+    )
 
 
 def _uuid(record: dict[str, Any], key: str) -> bytes:
