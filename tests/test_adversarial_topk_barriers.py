@@ -743,20 +743,16 @@ def test_in_place_softmax_chains_in_a_sequence(device, rng, algorithm, shape):
     check_topk(got, 7, (v, i))
 
 
-@pytest.mark.parametrize("passes_", ["floor", "one-pass"])
-def test_the_select_kernel_at_a_gpu_workgroup(device, rng, monkeypatch, passes_):
+def test_the_select_kernel_at_a_gpu_workgroup(device, rng, monkeypatch, passes):
     """The select kernel with 64 invocations (a GPU's workgroup: shared-memory trees, not
     one subgroup; floors over 64 lists), on lavapipe, at the floor's hard placements."""
     monkeypatch.setattr(
         topk_steps, "_workgroup", lambda device, gpu: topk_steps.GPU_SELECT_WORKGROUP
     )
-    if passes_ == "one-pass":
-        monkeypatch.setattr(topk_steps, "uses_floor_pass", lambda device: False)
     for r, n in ((3, 9001), (1, 300_000)):
         for k in (5, 65, 512):
-            plan = topk_steps.select_plan(device, r, n, k)
+            lanes, plan = lane_of(device, r, n, k)
             assert plan.workgroup == 64
-            lanes = ((np.arange(n) % plan.chunk) // 4) % plan.workgroup
             x = (rng.standard_normal((r, n)) * 0.1).astype(np.float32)
             x[0, lanes == 63] += 100  # the last invocation's blocks
             if r > 1:

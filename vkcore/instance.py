@@ -86,25 +86,19 @@ class Instance:
         self.messenger: Any = None
         self.handle: Any = None
         self.enabled_extensions: list[str] = []  # as passed to vkCreateInstance
-        self.sync_validation = False  # the layer also checks synchronization
         self.create_flags = 0
         self._create()
 
     def _available_extensions(self) -> set[str]:
         """Instance extensions the loader and its implicit layers offer."""
-        ffi, lib = self.ffi, self.lib
-        call = "vkEnumerateInstanceExtensionProperties"
-        count = ffi.new("uint32_t*")
-        vkapi.check(lib.vkEnumerateInstanceExtensionProperties(ffi.NULL, count, ffi.NULL), call)
-        props = ffi.new("VkExtensionProperties[]", count[0])
-        vkapi.check(lib.vkEnumerateInstanceExtensionProperties(ffi.NULL, count, props), call)
-        return {ffi.string(props[i].extensionName).decode() for i in range(count[0])}
+        return self._layer_extensions(None)
 
-    def _layer_extensions(self, layer: str) -> set[str]:
-        """Instance extensions ``layer`` itself provides."""
+    def _layer_extensions(self, layer: str | None) -> set[str]:
+        """Instance extensions ``layer`` itself provides (None: the loader and its
+        implicit layers)."""
         ffi, lib = self.ffi, self.lib
         call = "vkEnumerateInstanceExtensionProperties"
-        name = ffi.new("char[]", layer.encode())
+        name = ffi.NULL if layer is None else ffi.new("char[]", layer.encode())
         count = ffi.new("uint32_t*")
         vkapi.check(lib.vkEnumerateInstanceExtensionProperties(name, count, ffi.NULL), call)
         props = ffi.new("VkExtensionProperties[]", count[0])
@@ -158,8 +152,7 @@ class Instance:
         extensions, flags = instance_extensions(
             self._available_extensions(), self.validation, layer_offers
         )
-        messenger_info = None
-        chain = ffi.NULL  # VkInstanceCreateInfo.pNext
+        messenger_info = features = None
         if self.validation:
             self._callback = ffi.callback("PFN_vkDebugUtilsMessengerCallbackEXT", self._on_message)
             messenger_info = keep.struct(
@@ -171,11 +164,7 @@ class Instance:
                 | vkapi.flag("VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT"),
                 pfnUserCallback=self._callback,
             )
-            chain = messenger_info
             features = self._sync_validation(keep, extensions)
-            if features is not None:  # first: the messenger's own pNext must stay NULL
-                features.pNext, chain = messenger_info, features
-                self.sync_validation = True
         app = keep.struct(
             "VkApplicationInfo",
             pApplicationName=keep.string("vkcore"),
@@ -186,7 +175,7 @@ class Instance:
         )
         info = keep.struct(
             "VkInstanceCreateInfo",
-            pNext=chain,
+            pNext=keep.chain(features, messenger_info),  # the messenger's pNext stays NULL
             flags=flags,
             pApplicationInfo=app,
             enabledLayerCount=len(layers),
@@ -210,6 +199,11 @@ class Instance:
                 create(self.handle, messenger_info, ffi.NULL, out), "vkCreateDebugUtilsMessengerEXT"
             )
             self.messenger = out[0]
+
+    @property
+    def sync_validation(self) -> bool:
+        """Whether the layer also checks synchronization."""
+        return VALIDATION_FEATURES in self.enabled_extensions
 
     def _api_version(self) -> int:
         """The newest API version up to 1.3 that the loader offers (at least 1.1)."""

@@ -131,7 +131,7 @@ class Sequence:
             dev.check()
             keep = vkapi.Keep()
             fence = dev.ffi.new("VkFence*")
-            sub.adopt(self)  # from here on, a failure's _free() finds what was made
+            # Adopted since start_recording: a failure's _free() finds what was made.
             # Each handle is stored as soon as it exists: a Ctrl-C between the creating
             # call and the store would lose it.
             with ctrl_c_deferred():

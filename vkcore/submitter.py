@@ -164,7 +164,8 @@ class Submitter(SequenceHooks):
         """Device seconds of the latest timed :meth:`run` (from timestamp queries)."""
         with self.device.lock:
             if self._seconds_pending:
-                self._seconds = self._elapsed()
+                out = self._timestamps_out
+                self._seconds = commands.elapsed_seconds(self.device, self.query_pool, out)
                 self._seconds_pending = False
             return self._seconds
 
@@ -330,9 +331,6 @@ class Submitter(SequenceHooks):
                 interrupted.append(exc)
         self._in_flight = False
         _raise_deferred(interrupted)
-
-    def _elapsed(self) -> float:
-        return commands.elapsed_seconds(self.device, self.query_pool, self._timestamps_out)
 
     # ------------------------------------------------------------------ copies
     def copy(self, src: Buffer, src_offset: int, dst: Buffer, dst_offset: int, nbytes: int) -> None:

@@ -41,8 +41,9 @@ def check_tensor(t: Tensor, name: str) -> None:
         )
 
 
-def float_input(x: Any, name: str) -> np.ndarray | Tensor:
-    """Accept a Tensor of float32 or an array-like of float16/32/64 (returned as given)."""
+def float_input(x: Any, name: str, *, also: str = "") -> np.ndarray | Tensor:
+    """Accept a Tensor of float32 or an array-like of float16/32/64 (returned as given);
+    ``also`` ends the refusal of another dtype (what else a caller takes)."""
     if isinstance(x, Tensor):
         if x.dtype != np.float32:
             raise TypeError(f"{name} must be a float32 Tensor, got a {x.dtype} Tensor")
@@ -59,7 +60,9 @@ def float_input(x: Any, name: str) -> np.ndarray | Tensor:
             f"{name} must be a float numpy array or a float32 vkcore.Tensor, got {type(x).__name__}"
         )
     if arr.dtype.kind not in _FLOAT_KINDS or arr.dtype.itemsize > 8:
-        raise TypeError(f"{name} must have a float16, float32 or float64 dtype, got {arr.dtype}")
+        raise TypeError(
+            f"{name} must have a float16, float32 or float64 dtype, got {arr.dtype}{also}"
+        )
     return arr
 
 
@@ -75,12 +78,7 @@ def numeric_input(x: Any, name: str) -> np.ndarray | Tensor:
             arr = None  # ragged: float_input says so
         if arr is not None and arr.dtype.kind in "iu":
             return arr.astype(np.float32)
-    try:
-        return float_input(x, name)
-    except TypeError as exc:  # float_input names only float dtypes; integers pass here
-        if isinstance(x, Tensor) or "dtype" not in str(exc):
-            raise
-        raise TypeError(f"{exc} (or an integer dtype, taken as float32)") from None
+    return float_input(x, name, also=" (or an integer dtype, taken as float32)")
 
 
 def recording(device: Device) -> bool:

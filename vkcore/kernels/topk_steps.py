@@ -116,7 +116,7 @@ def max_elements_per_invocation(k: int, workgroup: int) -> int:
     sorting and the k merge rounds (with shared-memory trees) come on top."""
     depth = k.bit_length()
     fixed = k * (depth + 4 + workgroup.bit_length()) + 64
-    drift = -(-workgroup // 4)
+    drift = c.ceil_div(workgroup, 4)
     return max(1, (LOOP_BUDGET - fixed) // (depth + 3 + drift))
 
 
