@@ -48,8 +48,7 @@ class MappedBytes:
 
     Indexing returns a copy and assignment writes through, both under the buffer's lock
     and only while it is alive: no numpy array can outlive the mapping (a view kept past
-    ``destroy`` would read freed memory or crash). It reads the mapping in place at any
-    size (``Buffer.read`` stages large reads of uncached memory).
+    ``destroy`` would read freed memory or crash). It reads in place at any size.
     """
 
     def __init__(self, buffer: Buffer) -> None:
@@ -96,7 +95,6 @@ class Buffer(Held):
     purpose = "resident"
     _coherent = True  # False: flush after host writes, invalidate before host reads
     _allocation_size = 0  # VkMemoryRequirements.size: the whole mapped allocation
-    read_in_place_max = placement.NO_LIMIT  # larger host reads are staged (uncached memory)
 
     def __init__(self, device: DeviceContext, nbytes: int, *, purpose: str = "resident") -> None:
         if purpose not in placement.PURPOSES:
@@ -208,8 +206,6 @@ class Buffer(Held):
                 "vkMapMemory",
             )
             self._mapped = np.frombuffer(ffi.buffer(ptr[0], self.nbytes), dtype=np.uint8)
-            if self.purpose == "resident":  # (staging buffers are read in place)
-                self.read_in_place_max = dev.read_in_place_max(choice.type_index)
         self.choice = choice
         self._allocation_size = size
         self._coherent = choice.coherent and not mapping.ASSUME_NON_COHERENT
@@ -221,6 +217,13 @@ class Buffer(Held):
             mapping.sync_range(
                 self.device, self.memory, offset, size, self._allocation_size, flush=flush
             )
+
+    @property
+    def read_in_place_max(self) -> int:
+        """Host reads larger than this are staged (uncached resident memory only)."""
+        if self.choice is None or self.purpose != "resident":  # imports, staging buffers
+            return placement.NO_LIMIT
+        return self.device.read_in_place_max(self.choice.type_index)
 
     @property
     def alive(self) -> bool:

@@ -162,6 +162,7 @@ class DeviceContext(StateOwner):
         ]
         self.force_staging = config.env_flag("VKCORE_FORCE_STAGING")
         self._fallbacks_said: set[str] = set()
+        self._read_limits: dict[int, int] = {}  # memory type -> read_in_place_max
 
     def placement(self, purpose: str, type_bits: int = 0xFFFFFFFF) -> Placement:
         """The memory types a buffer of ``purpose`` may take, best first
@@ -175,8 +176,12 @@ class DeviceContext(StateOwner):
         )
 
     def read_in_place_max(self, type_index: int) -> int:
-        """:func:`vkcore.placement.read_in_place_max` for this device's memory type."""
-        return read_in_place_max(self.memory_types, self.memory_heaps, type_index)
+        """:func:`vkcore.placement.read_in_place_max` for this device's memory type (worked
+        out once per type: buffers ask at every host read)."""
+        limits = self._read_limits
+        if type_index not in limits:
+            limits[type_index] = read_in_place_max(self.memory_types, self.memory_heaps, type_index)
+        return limits[type_index]
 
     def note_fallback(
         self,

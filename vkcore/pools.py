@@ -85,7 +85,6 @@ class BufferPool:
         new.device, new.nbytes, new._lock = self.device, old.nbytes, threading.Lock()
         new.purpose, new.choice = old.purpose, old.choice
         new._coherent, new._allocation_size = old._coherent, old._allocation_size
-        new.read_in_place_max = old.read_in_place_max
         with ctrl_c_deferred():
             self.device.forget_buffer(old)  # if this raises, ``old`` still owns everything
             new.handle, new.memory, new._mapped, new._views = (
