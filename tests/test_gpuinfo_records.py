@@ -125,3 +125,47 @@ def test_the_converted_records_name_their_report(name):
     record = load(name)
     assert "vulkan.gpuinfo.org" in record["source"] and "reports/" in record["source"]
     assert "converted by tests/devices/gpuinfo.py" in record["source"]
+
+
+def _damaged(change):
+    report = _report()
+    change(report)
+    return report
+
+
+DAMAGES = {
+    "no memory": lambda r: r.pop("memory"),
+    "no properties": lambda r: r.pop("properties"),
+    "heap size not a number": lambda r: r["memory"]["memoryHeaps"][0].update(size="big"),
+    "negative flags": lambda r: r["memory"]["memoryTypes"][0].update(propertyFlags=-1),
+    "limit not a number": lambda r: r["properties"]["limits"].update(maxStorageBufferRange="x"),
+    "queues not a list": lambda r: r.update(queues=None),
+    "short uuid": lambda r: r["properties"].update(pipelineCacheUUID=[1, 2]),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGES, ids=list(DAMAGES))
+def test_a_damaged_report_is_refused_with_what_is_wrong(damage):
+    with pytest.raises(gpuinfo.ReportError, match="not a usable report"):
+        gpuinfo.record(_damaged(DAMAGES[damage]), "x")
+
+
+@pytest.mark.parametrize("content", ["", "[]", "{}", '{"properties": 1}', "\xff"])
+def test_the_converter_command_says_which_file_is_not_a_report(tmp_path, capsys, content):
+    path = tmp_path / "report.json"
+    path.write_text(content, encoding="latin-1")
+    assert gpuinfo.main([str(path), "--source", "x"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gpuinfo: {path}: ") and err.count("\n") == 1
+
+
+def test_numbers_stored_as_strings_become_integers():
+    report = _report()
+    report["memory"]["memoryTypes"][0]["heapIndex"] = "0"
+    report["queues"][0].update(queueCount="3", timestampValidBits="0x30")
+    r = gpuinfo.record(report, "x")
+    assert r["memory_types"][0]["heap_index"] == 0
+    assert (
+        r["queue_families"][0]["count"] == 3
+        and r["queue_families"][0]["timestamp_valid_bits"] == 48
+    )

@@ -96,7 +96,14 @@ FEATURES = {
 }
 
 
-def names(mask: int, table: dict[int, str]) -> list[str]:
+class ReportError(ValueError):
+    """The file is not a report this converter can read (says what is wrong)."""
+
+
+def names(mask: Any, table: dict[int, str]) -> list[str]:
+    mask = integer(mask)
+    if mask < 0:
+        raise ValueError(f"a bit mask must be 0 or more, got {mask}")
     out = [name for bit, name in table.items() if mask & bit]
     unnamed = mask & ~sum(table)
     if unnamed:
@@ -154,7 +161,10 @@ def memory(report: dict[str, Any]) -> dict[str, Any]:
             for h in mem["memoryHeaps"]
         ],
         "memory_types": [
-            {"heap_index": t["heapIndex"], "flags": names(t["propertyFlags"], MEMORY_TYPE_BITS)}
+            {
+                "heap_index": integer(t["heapIndex"]),
+                "flags": names(t["propertyFlags"], MEMORY_TYPE_BITS),
+            }
             for t in mem["memoryTypes"]
         ],
     }
@@ -187,7 +197,7 @@ def subgroup(report: dict[str, Any]) -> dict[str, Any]:
         return {}
     return {
         "subgroup": {
-            "subgroupSize": sub["subgroupSize"],
+            "subgroupSize": integer(sub["subgroupSize"]),
             "supportedStages": names(sub["supportedStages"], STAGE_BITS),
             "supportedOperations": names(sub["supportedOperations"], SUBGROUP_OPERATION_BITS),
             "quadOperationsInAllStages": _truth(sub["quadOperationsInAllStages"]),
@@ -228,7 +238,16 @@ def texel_formats(report: dict[str, Any]) -> dict[str, Any]:
     return {"uniform_texel_buffer_formats": sorted(found)}
 
 
-def record(report: dict[str, Any], source: str) -> dict[str, Any]:
+def record(report: Any, source: str) -> dict[str, Any]:
+    """The recorded device of ``report``; ReportError naming what is missing or malformed
+    when it is not a report (a report is untrusted input: nothing wrong goes through)."""
+    try:
+        return _record(report, source)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise ReportError(f"not a usable report ({type(exc).__name__}: {exc})") from None
+
+
+def _record(report: dict[str, Any], source: str) -> dict[str, Any]:
     props = report["properties"]
     out: dict[str, Any] = {
         "source": source,
@@ -246,8 +265,8 @@ def record(report: dict[str, Any], source: str) -> dict[str, Any]:
     out["queue_families"] = [
         {
             "flags": names(q["queueFlags"], QUEUE_BITS),
-            "count": q["queueCount"],
-            "timestamp_valid_bits": q["timestampValidBits"],
+            "count": integer(q["queueCount"]),
+            "timestamp_valid_bits": integer(q["timestampValidBits"]),
         }
         for q in report.get("queues", [])
     ]
@@ -280,9 +299,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("report", help="a vulkan.gpuinfo.org JSON report")
     parser.add_argument("--source", required=True, help="where the report came from")
     args = parser.parse_args(argv)
-    with open(args.report, encoding="utf-8") as f:
-        report = json.load(f)
-    json.dump(record(report, args.source), sys.stdout, indent=1)
+    try:
+        with open(args.report, encoding="utf-8") as f:
+            converted = record(json.load(f), args.source)
+    except (OSError, ValueError) as exc:  # unreadable, not JSON, not UTF-8, not a report
+        print(f"gpuinfo: {args.report}: {exc}", file=sys.stderr)
+        return 2
+    json.dump(converted, sys.stdout, indent=1)
     sys.stdout.write("\n")
     return 0
 

@@ -56,7 +56,8 @@ class Mirror:
             text=True,
         )
         if listing.returncode != 0:
-            raise SystemExit(f"sweep: {path} is not a clone of the mirror: {listing.stderr}")
+            print(f"sweep: {path} is not a clone of the mirror: {listing.stderr}", file=sys.stderr)
+            raise SystemExit(2)
         self.blobs = {}  # report id -> blob
         for line in listing.stdout.splitlines():
             blob, name = line.split()[2], Path(line.split("\t")[1]).stem
@@ -79,15 +80,16 @@ class Mirror:
         data = cat.stdout.read(int(header[2]))
         cat.stdout.read(1)
         try:
-            return json.loads(data)
+            report = json.loads(data)
         except ValueError:
             return None
+        return report if isinstance(report, dict) else None
 
 
 def _api(report: dict) -> tuple[int, ...]:
     try:
         return tuple(int(v) for v in report["properties"]["apiVersionText"].split("."))
-    except (KeyError, ValueError, AttributeError):
+    except (KeyError, TypeError, ValueError, AttributeError):
         return (0,)
 
 
@@ -99,14 +101,18 @@ def newest_usable_per_device(mirror: Mirror) -> list[tuple[str, dict]]:
         report = mirror.report(rid)
         if report is None or _api(report) < (1, 1):
             continue
-        props, env = report.get("properties", {}), report.get("environment", {})
-        key = (str(props.get("deviceName", "")), str(env.get("name", "")))
+        props, env = report.get("properties"), report.get("environment")
+        name = props.get("deviceName", "") if isinstance(props, dict) else ""
+        key = (str(name), str(env.get("name", "")) if isinstance(env, dict) else "")
         groups.setdefault(key, []).append(rid)
     chosen = []
     for rids in groups.values():
         for rid in sorted(rids, key=int, reverse=True):
             report = mirror.report(rid)
-            record = report and gpuinfo.record(report, f"vulkan.gpuinfo.org report {rid}")
+            try:
+                record = report and gpuinfo.record(report, f"vulkan.gpuinfo.org report {rid}")
+            except gpuinfo.ReportError:
+                continue  # damaged: an older report of the device may do
             if record and usable(record):
                 chosen.append((rid, record))
                 break
@@ -126,10 +132,17 @@ def usable(record: dict) -> bool:
     )
 
 
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (no limit) or more, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("mirror", type=Path, help="a clone of gpuinfo-vulkan-reports-mirror")
-    parser.add_argument("--limit", type=int, default=0, help="at most this many devices")
+    parser.add_argument("--limit", type=_count, default=0, help="at most this many devices")
     args = parser.parse_args(argv)
     mirror = Mirror(args.mirror)
     chosen = newest_usable_per_device(mirror)
