@@ -107,6 +107,28 @@ def test_empty_shapes_huge_in_another_dimension(device, shape):
     assert vkcore.Tensor.empty(shape, np.float32, device).shape == shape
 
 
+@pytest.mark.parametrize(
+    "shape, error",
+    [
+        ((-2, -2), ValueError),
+        ((-1, 4), ValueError),
+        (-3, ValueError),
+        ((2.7, 2), TypeError),
+        ((True, 2), TypeError),
+        ("ab", TypeError),
+        (None, TypeError),
+    ],
+)
+def test_empty_refuses_a_bad_shape_naming_it(device, shape, error):
+    with pytest.raises(error, match="shape"):
+        vkcore.Tensor.empty(shape, np.float32, device)
+
+
+def test_empty_takes_an_int_or_numpy_integers(device):
+    assert vkcore.Tensor.empty(5, np.float32, device).shape == (5,)
+    assert vkcore.Tensor.empty((np.int64(2), 3), np.float32, device).shape == (2, 3)
+
+
 def test_one_very_long_row(device):
     x = np.zeros((1, 1 << 22), np.float32)
     x[0, 123_456] = 30.0

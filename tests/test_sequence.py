@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -270,6 +271,28 @@ def test_tensor_write_takes_exact_conversions(device):
     np.testing.assert_array_equal(t.numpy(), [1, 2, 3])
     t.write([0.5, -1.0, 2.0])
     np.testing.assert_array_equal(t.numpy(), np.array([0.5, -1.0, 2.0], np.float32))
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "uint32", "int8", "int16", "int32"])
+def test_tensor_write_converts_integers_between_signed_and_unsigned_exactly(device, dtype):
+    t = vkcore.Tensor.empty((3,), dtype, device)
+    for given in ([1, 2, 3], np.array([4, 5, 6], np.int8), np.array([7, 8, 9], np.uint64)):
+        t.write(given)
+        np.testing.assert_array_equal(t.numpy(), np.asarray(given))
+    info = np.iinfo(dtype)
+    for outside in ([info.max + 1, 0, 0], [info.min - 1, 0, 0]):
+        with pytest.raises(ValueError, match="exactly"):
+            t.write(outside)
+    with pytest.raises(TypeError, match=dtype):
+        t.write([0.5, 1.0, 2.0])  # floats into integers: another kind, refused as before
+
+
+def test_tensor_write_out_of_range_float16_is_refused_without_numpy_warnings(device):
+    t = vkcore.Tensor.empty((1,), np.float16, device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="exactly"):
+            t.write([1e6])
 
 
 def test_sample_inside_a_sequence_reads_its_tokens_after(device, rng):

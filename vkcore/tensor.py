@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,8 +39,10 @@ class Tensor:
 
     @classmethod
     def empty(cls, shape: tuple[int, ...], dtype: Any, device: Device | None = None) -> Tensor:
-        """An uninitialized tensor on ``device``."""
+        """An uninitialized tensor on ``device``; ``shape`` is an int or a tuple of ints,
+        each 0 or more."""
         dev = resolve(device)
+        shape = _check_shape(shape)
         dt = _check_dtype(np.dtype(dtype), "dtype")
         nbytes = math.prod(shape) * dt.itemsize
         check_allocation(dev, nbytes, "shape")
@@ -73,9 +76,13 @@ class Tensor:
         if arr.shape != self.shape:
             raise ValueError(f"data must have this Tensor's shape {self.shape}, got {arr.shape}")
         if arr.dtype != self.dtype:
-            if arr.dtype == object or not np.can_cast(arr.dtype, self.dtype, "same_kind"):
+            integers = arr.dtype.kind in "iu" and self.dtype.kind in "iu"  # signed <-> unsigned
+            if arr.dtype == object or not (
+                integers or np.can_cast(arr.dtype, self.dtype, "same_kind")
+            ):
                 raise TypeError(f"data must be {self.dtype} (or convert to it), got {arr.dtype}")
-            converted = arr.astype(self.dtype)
+            with np.errstate(over="ignore", invalid="ignore"):  # checked just below
+                converted = arr.astype(self.dtype)
             if not np.array_equal(converted, arr, equal_nan=arr.dtype.kind == "f"):
                 raise ValueError(f"data does not convert to {self.dtype} exactly")
             arr = converted
@@ -152,3 +159,17 @@ def asarray(data: ArrayLike | Tensor, device: Device | None = None, dtype: Any =
         assert tensor.buffer is not None
         tensor.buffer.write(arr)
     return tensor
+
+
+def _check_shape(shape: Any) -> tuple[int, ...]:
+    """``shape`` as a tuple of ints of 0 or more, else a TypeError or ValueError naming it."""
+    dims = (shape,) if isinstance(shape, (int, np.integer)) else shape
+    try:
+        if isinstance(dims, (str, bytes)) or any(isinstance(d, bool) for d in dims):
+            raise TypeError
+        out = tuple(operator.index(d) for d in dims)
+    except TypeError:
+        raise TypeError(f"shape must be an int or a tuple of ints, got {shape!r}") from None
+    if any(d < 0 for d in out):
+        raise ValueError(f"shape must have no negative dimension, got {out}")
+    return out
