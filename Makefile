@@ -72,7 +72,7 @@ gpu-check: setup
 # sdist and wheel in dist/; the wheel carries the GLSL sources and every shader variant's
 # SPIR-V (tests/test_wheel.py installs it into a clean venv and runs it without glslang).
 wheel: setup
-	$(PY) -m build --no-isolation --outdir dist
+	$(PY) -m build --outdir dist
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -5,9 +5,9 @@
 1. copies the repository's ``shaders/*.comp`` and ``shaders/*.glsl`` into the package as
    ``vkcore/shaders/`` (the sources stay available for users who change a shader), and
 2. compiles every variant that :func:`vkcore.spirv.variants` lists (the kernels declare them
-   with ``register_variants``) into ``vkcore/spirv/<source key>.spv``, plus an
+   with ``register_variants``) into ``vkcore/spirv/shipped/<source key>.spv``, plus an
    ``index.json`` naming each file's shader and defines and an ``interfaces.json`` with
-   each module's reflected interface (:mod:`vkcore.interface_file`).
+   each module's reflected interface (:mod:`vkcore.spirv.interface_file`).
 
 An installed wheel then finds every variant as *shipped* SPIR-V and needs no
 ``glslangValidator``. Building one does: glslang-tools (and numpy, which the kernel
@@ -36,7 +36,8 @@ _COMPILE_ALL = r"""
 import json, sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from vkcore import interface_file, reflect, spirv, spirv_entry
+from vkcore import spirv
+from vkcore.spirv import entries, interface_file, reflect
 
 out = Path(sys.argv[1])
 found = spirv.variants()
@@ -49,7 +50,7 @@ def one(variant):
     # Through the content-addressed cache (checked entries, the same words a compile gives):
     # a build right after the tests, or a second build, compiles nothing again.
     code = spirv.get(name, defines).code
-    (out / f"{key}.spv").write_bytes(spirv_entry.encode_entry(key, code))
+    (out / f"{key}.spv").write_bytes(entries.encode_entry(key, code))
     return {"key": key, "shader": name, "defines": defines}, code
 
 with ThreadPoolExecutor() as pool:
@@ -72,7 +73,7 @@ class BuildPyWithShaders(build_py):
             return
         package = Path(self.build_lib) / "vkcore"
         shaders = self._copy_shaders(package / "shaders")
-        self._compile_variants(package / "spirv", shaders)
+        self._compile_variants(package / "spirv" / "shipped", shaders)
 
     def _copy_shaders(self, dest: Path) -> Path:
         source = ROOT / "shaders"

@@ -28,7 +28,7 @@ if "$python" -c 'import matplotlib' 2>/dev/null; then plot=(--plot "$out.png"); 
 "$python" -m vkcore coldwarm --json "${plot[@]}" "$@" > "$out.json"
 "$python" - "$out.json" <<'EOF' | tee "$out.txt"
 import json, sys
-from vkcore import coldwarm
+from vkcore.tools import coldwarm
 print(coldwarm.format_report(json.load(open(sys.argv[1]))))
 EOF
 echo "coldwarm_gpu: wrote $out.json $out.txt ${plot[1]:-}"

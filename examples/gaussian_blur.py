@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 import vkcore
-from vkcore import coldwarm
-from vkcore.coldwarm.shader import ShaderCase
+from vkcore.tools import coldwarm
+from vkcore.tools.coldwarm.shader import ShaderCase
 
 SHADER = Path(__file__).resolve().parent / "gaussian_blur.comp"
 

@@ -109,7 +109,7 @@ def main() -> int:
         print("--int64 needs VKCORE_VALIDATION unset: vkcore does not enable shaderInt64")
         return 2
     import vkcore
-    from vkcore.buffer import Buffer
+    from vkcore.device.memory.buffer import Buffer
 
     dev = vkcore.default_device()
     nbytes = (1 if args.small else 16) << 20

@@ -35,9 +35,10 @@ from pathlib import Path
 import numpy as np
 
 import vkcore
-from vkcore import interface_file, reference, reflect, spirv
-from vkcore.device_info import SUBGROUP_ARITHMETIC, DeviceInfo
-from vkcore.kernels import softmax_stages as softmax_kernels
+from vkcore import reference, spirv
+from vkcore.device.info import SUBGROUP_ARITHMETIC, DeviceInfo
+from vkcore.kernels.softmax import stages as softmax_kernels
+from vkcore.spirv import interface_file, reflect
 
 SOFTMAX_MAX_ABS_ERR = 1e-6
 
@@ -198,7 +199,7 @@ def tour_batch(device: vkcore.Device, rng: np.random.Generator) -> list[str]:
     """Batched matvec (x of shape (n, b)) in every mode on int8/uint8 and packed 4-bit
     weights, and the float32 baseline; the integer modes bit for bit. Its exact variants
     also run without RTE here (the no-RTE profile runs only tour_quantization)."""
-    from vkcore.kernels import matvec_batch
+    from vkcore.kernels.matvec import batch
 
     done = []
     infos = [("", device.info)]
@@ -220,7 +221,7 @@ def tour_batch(device: vkcore.Device, rng: np.random.Generator) -> list[str]:
                 )
                 q, s, z = qt.q, qt.scale, qt.zero_point
                 for activations in ("float", "int8", "uint8"):
-                    y = matvec_batch.matvec(qt, x, activations=activations)
+                    y = batch.matvec(qt, x, activations=activations)
                     ref = reference.matvec(q, s, z, x, None, activations, group_size=group)
                     case = f"batched matvec {activations} {bits}-bit sym={symmetric} g={group}{tag}"
                     if activations == "float":
@@ -229,7 +230,7 @@ def tour_batch(device: vkcore.Device, rng: np.random.Generator) -> list[str]:
                         assert np.array_equal(y, ref), case
                     done.append(case)
                 qt.release()
-    y32 = matvec_batch.matvec_f32(w, x, device=device)
+    y32 = batch.matvec_f32(w, x, device=device)
     assert np.allclose(y32, w.astype(np.float64) @ x, rtol=1e-5, atol=1e-5), "batched matvec_f32"
     return done + ["batched matvec_f32"]
 

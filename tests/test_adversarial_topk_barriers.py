@@ -1,5 +1,6 @@
 """Adversarial checks of the top-k key floor (topk_select.comp), the barrier rule of
-vkcore.commands.Hazards inside sequences (run under VKCORE_VALIDATION=1: synchronization
+vkcore.device.submit.commands.Hazards inside sequences (run under VKCORE_VALIDATION=1:
+synchronization
 validation turns a missing barrier into a failure), and leased pool buffers against
 recorded command buffers (BufferPool.lease hands over the pool's own Buffer object).
 
@@ -15,7 +16,7 @@ from checks import check_softmax_topk, check_topk
 
 import vkcore
 from vkcore import reference
-from vkcore.kernels import topk_steps
+from vkcore.kernels.sampling import topk_steps
 
 ATOL = 1e-6
 

@@ -1,5 +1,5 @@
 """Barriers inside one command buffer only where a step depends on an earlier one
-(vkcore.commands.Hazards): a read or write after a write, a write after a read."""
+(vkcore.device.submit.commands.Hazards): a read or write after a write, a write after a read."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import vkcore
-from vkcore import commands
-from vkcore.host_buffer import HostBuffer
+from vkcore.device.memory.host_buffer import HostBuffer
+from vkcore.device.submit import commands
 
 
 class FakeBuffer:
@@ -47,7 +47,7 @@ def step(*bindings):
 
 def barriers(*steps):
     hz = commands.Hazards()
-    return [hz.needs_barrier(s) for s in steps]
+    return [hz.add(s) for s in steps]
 
 
 A, B, C = buf("a"), buf("b"), buf("c")
@@ -166,12 +166,12 @@ MISSING_BARRIER = """
 import sys
 import numpy as np
 import vkcore
-from vkcore import commands
+from vkcore.device.submit import commands
 sys.path.insert(0, "tests")
 from adversarial_programs import SCALE
 
 if sys.argv[1] == "without":  # the rule broken: no barrier anywhere between steps
-    commands.Hazards.needs_barrier = lambda self, d: False
+    commands.Hazards.add = lambda self, d: False
 dev = vkcore.Device()
 assert dev.instance.sync_validation, "the layer offers no synchronization validation"
 scale = vkcore.Program(SCALE, device=dev)

@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from vkcore import bench
-from vkcore.bench import run as bench_run
-from vkcore.cli import main
+from vkcore.tools import bench
+from vkcore.tools.bench import run as bench_run
+from vkcore.tools.cli import main
 
 COMPARISON_KEYS = {
     "group",

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from vkcore.bench import compare
+from vkcore.tools.bench import compare
 
 
 def _run_json(path, values: dict[str, float | None]) -> str:

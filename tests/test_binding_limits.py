@@ -13,7 +13,7 @@ import pytest
 
 import vkcore
 from vkcore import reference
-from vkcore.submitter import Submitter
+from vkcore.device.submit.submitter import Submitter
 
 LIMIT = 1024  # bytes: 256 float32, 64 16-byte blocks
 _STORAGE_BUFFER = 7

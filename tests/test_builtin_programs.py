@@ -1,5 +1,5 @@
 """The built-in kernels on the public compute API: Program.builtin, Program.record and the
-interfaces reflected at build time (vkcore.interface_file)."""
+interfaces reflected at build time (vkcore.spirv.interface_file)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 import vkcore
-from vkcore import interface_file, reflect, spirv
-from vkcore.bench.program_cases import TINY
-from vkcore.buffer import Buffer
+from vkcore import spirv
+from vkcore.device.memory.buffer import Buffer
 from vkcore.kernels import programs
+from vkcore.spirv import interface_file, reflect
+from vkcore.tools.bench.program_cases import TINY
 
 
 def _all_variants():
@@ -241,7 +242,7 @@ SCALE = TINY  # y = a x over n floats
 def test_calls_of_changing_sizes_on_one_program_are_each_right(device):
     """Small numpy arguments keep their staging buffer between calls: a new size, or a
     size past the kept limit, must still stage exactly that call's data."""
-    from vkcore import program_args
+    from vkcore.compute import program_args
 
     prog = vkcore.Program(SCALE, device=device)
     rng = np.random.default_rng(3)

@@ -16,9 +16,12 @@ import numpy as np
 import pytest
 
 import vkcore
-from vkcore import cachefs, glslang, spirv, spirv_entry, tune
-from vkcore import pipeline_cache_file as pc
-from vkcore.cli import main as cli_main
+from vkcore import spirv
+from vkcore.base import cachefs
+from vkcore.device.pipelines import cache_file as pc
+from vkcore.kernels import tuning
+from vkcore.spirv import entries, glslang, shaders
+from vkcore.tools.cli import main as cli_main
 
 KINDS = ("spirv", "pipeline", "tune")
 DAMAGES = (
@@ -74,13 +77,13 @@ class _Records(logging.Handler):
 
 def write_tune_file(dev) -> None:
     record = {
-        "format": tune.FORMAT,
-        "key": tune.key_of(dev),
-        "choices": {"quant_rows": tune.ROW_CANDIDATES["quant_rows"][0]},
+        "format": tuning.FORMAT,
+        "key": tuning.key_of(dev),
+        "choices": {"quant_rows": tuning.ROW_CANDIDATES["quant_rows"][0]},
     }
-    path = tune.tune_path(dev)
+    path = tuning.tune_path(dev)
     cachefs.make_private_dir(path.parent)
-    path.write_text(json.dumps(tune.encode(record)))
+    path.write_text(json.dumps(tuning.encode(record)))
 
 
 def prime(root: Path) -> None:
@@ -105,7 +108,7 @@ def target(root: Path, kind: str) -> Path:
     if kind == "spirv":
         (entry,) = (root / "spirv").glob("*.spv")
         return entry
-    suffix = pc.SUFFIX if kind == "pipeline" else tune.SUFFIX
+    suffix = pc.SUFFIX if kind == "pipeline" else tuning.SUFFIX
     (found,) = [p for p in (root / "pipeline").iterdir() if p.name.endswith(suffix)]
     return found
 
@@ -120,14 +123,14 @@ def another_entry(root: Path, kind: str, path: Path) -> bytes:
         key = pc.CacheKey(**{**parsed.key.__dict__, "device_id": parsed.key.device_id + 1})
         return pc.encode(key, parsed.payload)
     record = json.loads(path.read_text())
-    return json.dumps(tune.encode({**record, "key": record["key"][::-1]})).encode()
+    return json.dumps(tuning.encode({**record, "key": record["key"][::-1]})).encode()
 
 
 def damage(root: Path, kind: str, how: str) -> Path:
     path = target(root, kind)
     data = path.read_bytes()
-    cap = {"spirv": spirv_entry.MAX_ENTRY_BYTES, "pipeline": pc.DEFAULT_MAX_BYTES}.get(
-        kind, tune.MAX_BYTES
+    cap = {"spirv": entries.MAX_ENTRY_BYTES, "pipeline": pc.DEFAULT_MAX_BYTES}.get(
+        kind, tuning.MAX_BYTES
     )
     if how == "flip":
         mid = len(data) // 2
@@ -218,12 +221,12 @@ def test_shipped_spirv_is_checked(tmp_path, monkeypatch, caplog):
     defines = {"STAGE": 0, "TEXEL": 1, "VEC4": 1, "LOG": 0}
     skey = spirv.source_key("softmax_online.comp", defines)
     good = spirv.compile_glsl("softmax_online.comp", defines)
-    monkeypatch.setattr(spirv, "shipped_dir", lambda: tmp_path)
+    monkeypatch.setattr(shaders, "shipped_dir", lambda: tmp_path)
     monkeypatch.setenv("VKCORE_SPIRV_CACHE", "0")
-    (tmp_path / f"{skey}.spv").write_bytes(spirv_entry.encode_entry(skey, good))
+    (tmp_path / f"{skey}.spv").write_bytes(entries.encode_entry(skey, good))
     spirv.clear_memory_cache()
     assert spirv.get("softmax_online.comp", defines).origin == "shipped"
-    for bad in (good, spirv_entry.encode_entry(skey, good)[:-4], b""):
+    for bad in (good, entries.encode_entry(skey, good)[:-4], b""):
         (tmp_path / f"{skey}.spv").write_bytes(bad)
         spirv.clear_memory_cache()
         caplog.clear()
@@ -254,7 +257,7 @@ import os, sys
 sys.modules["fcntl"] = None
 del os.geteuid
 from pathlib import Path
-from vkcore import cachefs
+from vkcore.base import cachefs
 assert not cachefs.OWNER_CHECKS
 p = Path({str(tmp_path)!r}) / "a" / "b.bin"
 cachefs.store(p, b"data")

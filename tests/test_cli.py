@@ -3,7 +3,7 @@ import re
 import subprocess
 import sys
 
-from vkcore.cli import main
+from vkcore.tools.cli import main
 
 
 def run_cli(*args, timeout=300):

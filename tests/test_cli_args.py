@@ -9,12 +9,12 @@ import os
 import numpy as np
 import pytest
 
-import vkcore.cli.bench as cli_bench
-import vkcore.cli.demo as cli_demo
-import vkcore.cli.quant_report as cli_quant
-import vkcore.cli.tune as cli_tune
-from vkcore import bench, coldwarm
-from vkcore.cli import main
+import vkcore.tools.cli.bench as cli_bench
+import vkcore.tools.cli.demo as cli_demo
+import vkcore.tools.cli.quant_report as cli_quant
+import vkcore.tools.cli.tune as cli_tune
+from vkcore.tools import bench, coldwarm
+from vkcore.tools.cli import main
 
 ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False
 

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 import vkcore
-from vkcore import coldwarm
-from vkcore.cli import main
-from vkcore.coldwarm import cases, harness
-from vkcore.coldwarm.report import cell
+from vkcore.tools import coldwarm
+from vkcore.tools.cli import main
+from vkcore.tools.coldwarm import cases, harness
+from vkcore.tools.coldwarm.report import cell
 
 REPO = Path(__file__).resolve().parent.parent
 

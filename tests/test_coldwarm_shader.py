@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import vkcore
-from vkcore import coldwarm
-from vkcore.cli import main
-from vkcore.coldwarm.shader import ShaderCase
+from vkcore.tools import coldwarm
+from vkcore.tools.cli import main
+from vkcore.tools.coldwarm.shader import ShaderCase
 
 REPO = Path(__file__).resolve().parent.parent
 BLUR = REPO / "examples" / "gaussian_blur.comp"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import vkcore
-from vkcore import vkapi
+from vkcore import _vk
 
 
 def test_devices_lists_lavapipe_fields():
@@ -180,7 +180,7 @@ def test_staging_path_roundtrip_and_kernel(monkeypatch, rng):
 def test_validation_errors_are_raised():
     """A deliberately invalid call (a zero-size buffer) is caught and raised by the next check."""
     with vkcore.Device(validation=True, pipeline_cache=False) as dev:
-        keep = vkapi.Keep()
+        keep = _vk.Keep()
         info = keep.struct("VkBufferCreateInfo", size=0, usage=0x20, sharingMode=0)
         out = dev.ffi.new("VkBuffer*")
         dev.lib.vkCreateBuffer(dev.handle, info, dev.ffi.NULL, out)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from vkcore import placement
+from vkcore.device import placement
 
 
 def test_memory_properties_are_queried(device):
@@ -36,7 +36,7 @@ def test_lavapipe_values(device):
 def test_info_json_says_what_is_exact_here(capsys):
     import json
 
-    from vkcore.cli import main
+    from vkcore.tools.cli import main
 
     assert main(["info", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -52,7 +52,7 @@ def test_info_json_says_what_is_exact_here(capsys):
 def test_only_ascii_digits_select_a_device_by_index(selector):
     """int() reads other scripts' digits too; a selector of them is a name, not an index."""
     import vkcore
-    from vkcore.device_info import choose
+    from vkcore.device.info import choose
 
     with pytest.raises(ValueError, match="matches no device name"):
         choose(vkcore.devices(), selector)

@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import vkcore
-from vkcore import config, reference, spirv
+from vkcore import reference, spirv
+from vkcore.base import config
 
 PACKAGE = Path(vkcore.__file__).resolve().parent
 FLAGS = {

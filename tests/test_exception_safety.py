@@ -20,12 +20,12 @@ import pytest
 
 import vkcore
 from vkcore import reference
-from vkcore.buffer import Buffer
-from vkcore.device import Device
-from vkcore.host_buffer import HostBuffer
-from vkcore.pools import BufferPool, HostArrayPool
-from vkcore.program import Program
-from vkcore.submitter import Submitter
+from vkcore.compute.program import Program
+from vkcore.device.device import Device
+from vkcore.device.memory.buffer import Buffer
+from vkcore.device.memory.host_buffer import HostBuffer
+from vkcore.device.memory.pools import BufferPool, HostArrayPool
+from vkcore.device.submit.submitter import Submitter
 
 METHODS = [
     (Submitter, "run"),
@@ -257,7 +257,7 @@ def test_matvec_first_call_interrupted(
 
 def test_integer_accumulators_after_an_interrupted_uint8_call(device, rng, faults):
     """The row sums behind uint8 activations: exact int32 accumulators after any failure."""
-    from vkcore.kernels.matvec import integer_accumulators
+    from vkcore.kernels.matvec.matvec import integer_accumulators
 
     w = weights(rng)
     x = (rng.standard_normal(w.shape[1]) * 3 - 1).astype(np.float32)

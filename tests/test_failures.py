@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 import vkcore
-from vkcore.buffer import Buffer
-from vkcore.commands import Dispatch
-from vkcore.kernels._common import pack_u32
+from vkcore.device.memory.buffer import Buffer
+from vkcore.device.submit.commands import Dispatch
+from vkcore.kernels.common import pack_u32
 
 # A deliberately slow kernel: invocation i mixes a 32-bit state from i, `iterations` times.
 # (llvmpipe caps a loop at 65535 iterations, so long runs come from many invocations.)
@@ -121,7 +121,7 @@ OOM_CHILD = """
     import json, resource
     import numpy as np
     import vkcore
-    from vkcore.buffer import Buffer
+    from vkcore.device.memory.buffer import Buffer
 
     def vm_bytes():
         for line in open("/proc/self/status"):
@@ -275,7 +275,7 @@ def test_no_loader_api_raises_vulkan_error():
 
 def test_no_loader_cli_one_line():
     code = textwrap.dedent(NO_LOADER_PRELUDE) + textwrap.dedent("""
-        from vkcore.cli import main
+        from vkcore.tools.cli import main
         sys.exit(main(["info"]))
     """)
     out = run_python(code)
@@ -308,8 +308,8 @@ CTRL_C_CHILD = """
     import json, sys, time
     import numpy as np
     import vkcore
-    from vkcore.commands import Dispatch
-    from vkcore.kernels._common import pack_u32
+    from vkcore.device.submit.commands import Dispatch
+    from vkcore.kernels.common import pack_u32
 
     ITERATIONS = 50_000  # below llvmpipe's loop cap
 
@@ -361,8 +361,8 @@ REOPEN_CHILD = """
     import json, logging
     import numpy as np
     import vkcore
-    from vkcore.commands import Dispatch
-    from vkcore.kernels._common import pack_u32
+    from vkcore.device.submit.commands import Dispatch
+    from vkcore.kernels.common import pack_u32
 
     warnings = []
 

@@ -7,7 +7,7 @@ import pytest
 
 import vkcore
 from vkcore import reference
-from vkcore.kernels import qarrays
+from vkcore.kernels.quant import qarrays
 
 QT = vkcore.QuantizedTensor
 
@@ -427,7 +427,7 @@ def test_to_arrays_checks_its_argument():
 def test_a_failed_upload_frees_what_it_made(device, rng, monkeypatch, fail_at):
     """An error in the k-th buffer write (codes, scales, zero points) leaves no buffer
     behind: the chunks go back to the pool, the parameter buffers are destroyed."""
-    from vkcore.buffer import Buffer
+    from vkcore.device.memory.buffer import Buffer
 
     q, s, z = random_layout(rng, 4, 50, 4, False, 16)
     QT.from_arrays(q, s, z, bits=4, group_size=16, device=device).release()  # warms the pool

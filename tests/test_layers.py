@@ -8,39 +8,48 @@ read apart). Imports are read with :mod:`ast`, never executed.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 PACKAGE = "vkcore"
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
-MAX_LINES = 400
 
-# The device core, bottom up: a module may import modules of its own layer or of lower
-# ones, and no vkcore module outside this list. The public compute API (program, reflect)
-# and the kernels sit above it and are not listed.
-LAYERS: tuple[frozenset[str], ...] = (
-    # The raw binding, errors, the environment, atomic cache files, the placement policy
-    # (pure data) and per-device state tables.
-    frozenset({"vkapi", "errors", "config", "cachefs", "placement", "per_device"}),
-    frozenset({"glslang", "spirv_entry"}),  # the compiler; the cache-entry format
-    frozenset({"spirv"}),  # GLSL to SPIR-V, shipped or cached on disk; no device
-    frozenset({"instance"}),  # VkInstance, validation messages, extension choices
-    frozenset({"device_info"}),  # DeviceInfo: what a physical device offers; choosing one
-    frozenset({"logical_device"}),  # creating the VkDevice and its queue
-    frozenset({"context"}),  # DeviceContext: what every device object needs from its device
-    frozenset({"mapping", "holds"}),  # mapped memory ranges; buffers sequences hold
-    frozenset({"buffer"}),  # Buffer: one VkBuffer and its memory
-    frozenset({"host_buffer"}),  # HostBuffer: numpy memory imported as a VkBuffer
-    frozenset({"pipeline_cache_file"}),  # the cache file's key and format
-    frozenset({"pipeline_cache"}),  # the live VkPipelineCache and its persistence
-    frozenset({"pipeline"}),  # Pipeline: module, layouts, pipeline
-    frozenset({"commands"}),  # Dispatch and what goes into a command buffer
-    frozenset({"recording"}),  # which sequence records a thread's submissions
-    frozenset({"submitter"}),  # Submitter: submission, fence, timestamps, kept recordings
-    frozenset({"transfers"}),  # staging copies to and from device-local buffers
-    frozenset({"device"}),  # Device: the facade that owns all of the above
-    frozenset({"tensor", "pools"}),  # Tensor and asarray; the per-device buffer pools
+# The package's tiers, bottom up (docs/architecture.md). A module may import modules of
+# its own tier or of lower ones; a pattern ``pkg.*`` is the package and everything in it.
+TIERS: tuple[tuple[str, ...], ...] = (
+    ("errors",),
+    ("_vk", "base.*"),  # the binding; the environment, cache files, per-device tables
+    ("reference.*",),  # numpy references: no device, no shader
+    ("spirv.*",),  # GLSL to SPIR-V, its cache, entry format, reflection; no device
+    ("device.instance", "device.info", "device.placement", "device.logical"),
+    ("device.context",),  # what every device object needs from its device
+    ("device.memory.*",),  # buffers, host imports, mappings, holds, pools
+    ("device.pipelines.*",),  # pipelines and the persisted pipeline cache
+    ("device.submit.*",),  # command recording, the submission, staging transfers
+    ("device.device", "device.__init__"),  # the Device facade
+    ("compute.*",),  # Tensor, Program, Sequence: the public compute API
+    ("kernels.*",),  # the kernel families, built on compute/
+    ("__init__",),  # the public names
+    ("testing", "tools.*", "__main__"),  # never imported by ``import vkcore``
 )
+# What ``import vkcore`` must not load (checked in a fresh interpreter).
+TOOLS = ("vkcore.tools", "vkcore.testing", "vkcore.__main__")
+
+
+def tier_of(name: str) -> int | None:
+    for n, patterns in enumerate(TIERS):
+        for pattern in patterns:
+            if name == pattern or (
+                pattern.endswith(".*") and (name + ".").startswith(pattern[:-1])
+            ):
+                return n
+            if name == pattern + ".__init__" or (
+                pattern.endswith(".*") and name == pattern[:-2] + ".__init__"
+            ):
+                return n
+    return None
 
 
 def module_name(path: Path) -> str:
@@ -155,10 +164,10 @@ def test_the_import_graph_is_read():
     """The parser sees the imports the package is known to have (so the checks below
     cannot pass on an empty graph)."""
     graph = import_graph()
-    assert "device" in graph["__init__"] and "tensor" in graph["__init__"]
-    assert "config" in graph["kernels._common"]  # `from .. import config`
-    assert "spirv_entry" in graph["spirv"]  # `from . import cachefs, config, glslang, ...`
-    assert "tensor" in graph["kernels.storage"]  # `from ..tensor import Tensor`
+    assert "device.device" in graph["__init__"] and "compute.tensor" in graph["__init__"]
+    assert "base.config" in graph["kernels.common"]
+    assert "spirv.entries" in graph["spirv.shaders"]
+    assert "compute.tensor" in graph["kernels.storage"]
 
 
 def test_no_import_cycles():
@@ -171,23 +180,81 @@ def test_no_import_cycles():
     assert not found, "import cycles:\n" + "\n".join(report)
 
 
-def test_modules_are_short():
-    known = modules()
-    lengths = {name: len(path.read_text().splitlines()) for name, path in known.items()}
-    over = {name: n for name, n in lengths.items() if n > MAX_LINES}
-    assert not over, f"modules over {MAX_LINES} lines: {over}"
+def test_every_module_has_a_tier():
+    untiered = sorted(name for name in modules() if tier_of(name) is None)
+    assert not untiered, f"modules in no tier of TIERS: {untiered}"
 
 
-def test_device_core_layers():
+def test_imports_go_down_the_tiers():
     graph = import_graph()
-    layer_of = {name: n for n, layer in enumerate(LAYERS) for name in layer}
-    missing = set(layer_of) - graph.keys()
-    assert not missing, f"LAYERS names modules that do not exist: {sorted(missing)}"
     upward = []
-    for name, n in layer_of.items():
-        for target in sorted(graph[name]):
-            if target not in layer_of:
-                upward.append(f"{name} imports {target}, which is not in LAYERS")
-            elif layer_of[target] > n:
-                upward.append(f"{name} (layer {n}) imports {target} (layer {layer_of[target]})")
-    assert not upward, "imports against the layer order:\n" + "\n".join(upward)
+    for name, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            mine, theirs = tier_of(name), tier_of(target)
+            if mine is not None and theirs is not None and theirs > mine:
+                upward.append(f"{name} (tier {mine}) imports {target} (tier {theirs})")
+    assert not upward, "imports against the tier order:\n" + "\n".join(upward)
+
+
+def private_imports(name: str, path: Path, known: dict[str, Path]) -> Iterator[str]:
+    """``from mod import _name`` and ``alias._name`` where mod/alias is another vkcore
+    module: a private name used outside the module that defines it."""
+    tree = ast.parse(path.read_text(), str(path))
+    aliases: set[str] = set()
+    package = name.split(".")[:-1]
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            up = package[: len(package) - (node.level - 1)]
+            base = ".".join([*up, *(node.module.split(".") if node.module else [])])
+        elif node.module and (node.module == PACKAGE or node.module.startswith(PACKAGE + ".")):
+            base = node.module.removeprefix(PACKAGE).lstrip(".")
+        else:
+            continue
+        for alias in node.names:
+            sub = f"{base}.{alias.name}" if base else alias.name
+            if sub in known or f"{sub}.__init__" in known:
+                aliases.add(alias.asname or alias.name)  # a module
+            elif alias.name.startswith("_") and not alias.name.startswith("__"):
+                yield f"{name}: from {base or PACKAGE} import {alias.name}"
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
+            yield f"{name}:{node.lineno}: {node.value.id}.{node.attr}"
+
+
+def test_no_private_name_is_used_across_modules():
+    known = modules()
+    found = [hit for name, path in known.items() for hit in private_imports(name, path, known)]
+    assert not found, "private names used outside their module:\n" + "\n".join(found)
+
+
+def test_import_vkcore_loads_no_tool():
+    """``import vkcore`` (and a kernel call's imports) load none of the tools."""
+    code = (
+        "import sys, vkcore, vkcore.kernels\n"
+        f"bad = [m for m in sys.modules if m.startswith({TOOLS!r})]\n"
+        "print(repr(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_checks_fail_on_what_they_forbid(tmp_path, monkeypatch):
+    """Each rule above rejects a made-up package that breaks it."""
+    graph = {"a": {"b"}, "b": {"a"}, "c": set()}
+    assert cycles(graph) == [frozenset({"a", "b"})]
+    assert tier_of("kernels.softmax.split") > tier_of("compute.tensor")
+    assert tier_of("tools.cli.bench") > tier_of("__init__")
+    fake = tmp_path / "m.py"
+    fake.write_text(
+        "from vkcore.kernels.common import _helper\nfrom vkcore.base import config\nconfig._x\n"
+    )
+    hits = list(private_imports("kernels.x", fake, {"base.config": fake, "kernels.common": fake}))
+    assert len(hits) == 2, hits

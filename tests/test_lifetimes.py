@@ -16,8 +16,8 @@ import pytest
 from checks import python_path_with
 
 import vkcore
-from vkcore.buffer import Buffer
-from vkcore.per_device import per_device_map
+from vkcore.base.per_device import PerDeviceMap
+from vkcore.device.memory.buffer import Buffer
 
 DROPPED_DEVICES = 50
 # RSS after the 50th dropped device against after the 5th (100 leaked devices took
@@ -80,7 +80,7 @@ def test_dropped_devices_are_collected(vk_warnings):
 def test_dropped_devices_do_not_pile_up_without_explicit_collection():
     """Dropped devices wait for the cyclic collector; creating a device while a few are
     open runs it, so a loop that drops devices never holds more than a few at once."""
-    from vkcore.device import _COLLECT_WHEN_OPEN
+    from vkcore.device.device import _COLLECT_WHEN_OPEN
 
     x = np.random.default_rng(12).standard_normal((4, 256)).astype(np.float32)
     gc.collect()
@@ -114,10 +114,7 @@ def test_collected_buffer_handles_are_freed_by_close(vk_warnings):
 
 
 def test_per_device_state_lives_on_the_device():
-    from vkcore.per_device import PerDeviceMap
-
-    table = per_device_map()
-    assert isinstance(table, PerDeviceMap)
+    table: PerDeviceMap[object] = PerDeviceMap()
     a = vkcore.Device(pipeline_cache=False)
     b = vkcore.Device(pipeline_cache=False)
     table[a] = {"device": a}  # state that refers back to its device

@@ -6,8 +6,9 @@ import pytest
 
 import vkcore
 from vkcore import reference
-from vkcore.kernels import matvec as mv
-from vkcore.kernels import matvec_args, matvec_program, storage
+from vkcore.kernels import storage
+from vkcore.kernels.matvec import args, program
+from vkcore.kernels.matvec import matvec as mv
 
 SHAPES = [(1, 1), (1, 7), (3, 5), (5, 17), (8, 16), (33, 100), (7, 1000), (130, 257)]
 WEIGHTS = [(8, True, True), (8, False, True), (4, True, False), (2, False, False)]
@@ -143,11 +144,11 @@ def test_weights_split_across_buffers(device, rng, monkeypatch):
 
 
 def test_overflow_bounds():
-    assert matvec_args.max_exact_n(8, True, "int8") == (2**31 - 1) // (127 * 127) == 133_144
-    assert matvec_args.max_exact_n(8, True, "uint8") == (2**31 - 1) // (127 * 255) == 66_311
-    assert matvec_args.max_exact_n(8, False, "int8") == (2**31 - 1) // (255 * 127)
-    assert matvec_args.max_exact_n(8, False, "uint8") == (2**31 - 1) // (255 * 255)
-    assert matvec_args.max_exact_n(4, True, "int8") == (2**31 - 1) // (7 * 127)
+    assert args.max_exact_n(8, True, "int8") == (2**31 - 1) // (127 * 127) == 133_144
+    assert args.max_exact_n(8, True, "uint8") == (2**31 - 1) // (127 * 255) == 66_311
+    assert args.max_exact_n(8, False, "int8") == (2**31 - 1) // (255 * 127)
+    assert args.max_exact_n(8, False, "uint8") == (2**31 - 1) // (255 * 255)
+    assert args.max_exact_n(4, True, "int8") == (2**31 - 1) // (7 * 127)
 
 
 @pytest.mark.parametrize(("activations", "n"), [("int8", 133_144), ("uint8", 66_311)])
@@ -167,7 +168,7 @@ def test_largest_exact_n_is_exact_at_the_worst_case(device, activations, n):
 
 
 def test_overflow_bound_both_sides_with_a_small_limit(device, rng, monkeypatch):
-    monkeypatch.setattr(matvec_args, "ACC_LIMIT", 127 * 127 * 10)
+    monkeypatch.setattr(args, "ACC_LIMIT", 127 * 127 * 10)
     w = rng.standard_normal((3, 10)).astype(np.float32)
     qt = vkcore.quantize(w, device=device)
     check(qt, rng.standard_normal(10).astype(np.float32), None, "int8", device)
@@ -201,7 +202,7 @@ def test_features_are_queried_not_assumed(device):
     assert isinstance(info.storage_buffer_8bit_access, bool)
     assert isinstance(info.shader_int8, bool)
     assert isinstance(info.integer_dot_product, bool)
-    assert matvec_program.workgroup_size(device) >= 4
+    assert program.workgroup_size(device) >= 4
 
 
 def test_repeated_calls_reuse_device_buffers(device, rng):

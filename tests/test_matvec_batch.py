@@ -9,8 +9,8 @@ import pytest
 
 import vkcore
 from vkcore import reference
-from vkcore.kernels import matvec_batch as mb
 from vkcore.kernels import storage
+from vkcore.kernels.matvec import batch as mb
 
 # (bits, symmetric, per_channel, group_size): per tensor, per channel, groups that divide
 # a block, groups that do not (masked blocks), group size 1, packed 4/3/2-bit storage.

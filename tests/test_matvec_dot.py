@@ -13,8 +13,8 @@ import pytest
 
 import vkcore
 from vkcore import reference
-from vkcore.kernels import matvec as mv
-from vkcore.kernels import matvec_groups as mg
+from vkcore.kernels.matvec import groups as mg
+from vkcore.kernels.matvec import matvec as mv
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ from test_binding_limits import LIMIT, assert_within, small_binding  # noqa: F40
 
 import vkcore
 from vkcore import reference
-from vkcore.kernels import matvec as mv
-from vkcore.kernels import matvec_args
+from vkcore.kernels.matvec import args
+from vkcore.kernels.matvec import matvec as mv
 from vkcore.reference.matvec import group_cols, group_params, weights_minus_zero
 
 LAYOUTS = [  # (per_channel, group_size)
@@ -135,7 +135,7 @@ def test_from_arrays_codes_by_hand(device, rng):
 @pytest.mark.parametrize("activations", ["int8", "uint8"])
 def test_overflow_bound_per_group_both_sides(device, activations):
     """The largest exact group passes with the true extremes; one column more raises."""
-    limit = matvec_args.max_exact_n(8, True, activations)
+    limit = args.max_exact_n(8, True, activations)
     n = limit + 1  # the second group holds one column
     w = np.ones((1, n), np.float32)
     x = np.ones(n, np.float32)
@@ -155,7 +155,7 @@ def test_overflow_bound_per_group_both_sides(device, activations):
 
 
 def test_overflow_bound_counts_group_columns(device, rng, monkeypatch):
-    monkeypatch.setattr(matvec_args, "ACC_LIMIT", 127 * 127 * 10)
+    monkeypatch.setattr(args, "ACC_LIMIT", 127 * 127 * 10)
     w = rng.standard_normal((3, 35)).astype(np.float32)
     x = rng.standard_normal(35).astype(np.float32)
     ok = vkcore.quantize(w, group_size=10, device=device)  # 35 columns, groups of 10
@@ -220,7 +220,7 @@ def test_group_terms_are_added_in_increasing_group_order(device):
 
 
 def test_dot_choice_is_a_function_of_the_device_info(device):
-    from vkcore.kernels import matvec_groups as mg
+    from vkcore.kernels.matvec import groups as mg
 
     info = device.info
     on = dataclasses.replace(

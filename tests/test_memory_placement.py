@@ -17,11 +17,12 @@ import pytest
 from mesa25 import mesa25_env
 
 import vkcore
-from vkcore import buffer, host_buffer, mapping, placement
-from vkcore.buffer import Buffer
-from vkcore.cli import main as cli_main
-from vkcore.host_buffer import HostBuffer
-from vkcore.mapping import VK_WHOLE_SIZE, atom_range
+from vkcore.device import placement
+from vkcore.device.memory import buffer, host_buffer, mapping
+from vkcore.device.memory.buffer import Buffer
+from vkcore.device.memory.host_buffer import HostBuffer
+from vkcore.device.memory.mapping import VK_WHOLE_SIZE, atom_range
+from vkcore.tools.cli import main as cli_main
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -117,7 +118,7 @@ def test_large_reads_of_uncached_mapped_memory_go_through_cached_staging(monkeyp
     read of more than the limit is copied into the readback staging buffer first; results
     are the same bytes either way. lavapipe's one type is cached, so the limit is faked."""
     monkeypatch.setattr(
-        vkcore.context.DeviceContext, "read_in_place_max", lambda self, type_index: limit
+        vkcore.device.context.DeviceContext, "read_in_place_max", lambda self, type_index: limit
     )
     with vkcore.Device(validation=True, pipeline_cache=False) as dev:
         calls = {"download": 0, "upload": 0}

@@ -66,7 +66,7 @@ LANE_DRIFT = """
 import numpy as np
 import vkcore
 from vkcore import reference
-from vkcore.kernels import topk_steps
+from vkcore.kernels.sampling import topk_steps
 
 dev = vkcore.Device()
 lanes = dev.info.subgroup_size

@@ -22,11 +22,12 @@ from checks import python_path_with
 from mesa25 import mesa25_env
 
 import vkcore
-from vkcore import cachefs, config, reference
-from vkcore import pipeline_cache_file as pc
-from vkcore.cli import main as cli_main
+from vkcore import reference
+from vkcore.base import cachefs, config
+from vkcore.device.pipelines import cache_file as pc
+from vkcore.device.pipelines.cache import PipelineCache
 from vkcore.errors import VulkanError
-from vkcore.pipeline_cache import PipelineCache
+from vkcore.tools.cli import main as cli_main
 
 REPO = Path(__file__).resolve().parent.parent
 WORKER = REPO / "tests" / "pipeline_cache_worker.py"

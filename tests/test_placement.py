@@ -1,9 +1,9 @@
-"""Memory placement (vkcore.placement) on the recorded memory properties of real devices."""
+"""Memory placement (vkcore.device.placement) on the recorded memory properties of real devices."""
 
 import pytest
 from devices import NAMES, largest_heap_with, load, memory
 
-from vkcore import placement as P
+from vkcore.device import placement as P
 
 DISCRETE = [n for n in NAMES if load(n).get("device_type") == "DISCRETE_GPU"]
 UNIFIED = [n for n in NAMES if load(n).get("device_type") in ("INTEGRATED_GPU", "CPU")]

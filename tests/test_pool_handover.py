@@ -20,7 +20,7 @@ SCRIPT = r"""
 import gc, sys
 import numpy as np
 import vkcore
-from vkcore import device as D, reference
+from vkcore import reference; from vkcore.device import device as D
 
 step, error = sys.argv[1], {"interrupt": KeyboardInterrupt, "error": RuntimeError}[sys.argv[2]]
 w = np.random.default_rng(0).standard_normal((300, 1024)).astype(np.float32)

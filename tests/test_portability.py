@@ -10,8 +10,8 @@ import devices
 import pytest
 
 import vkcore
-from vkcore import instance as inst
-from vkcore import vkapi
+from vkcore import _vk
+from vkcore.device import instance as inst
 
 
 def api_version(text: str) -> int:
@@ -71,9 +71,9 @@ class _CapturingLib:
 
 
 def _capture(monkeypatch, offered):
-    ffi, lib = vkapi.api()
+    ffi, lib = _vk.api()
     fake = _CapturingLib(ffi, lib)
-    monkeypatch.setattr(vkapi, "api", lambda: (ffi, fake))
+    monkeypatch.setattr(_vk, "api", lambda: (ffi, fake))
     monkeypatch.setattr(inst.Instance, "_available_extensions", lambda self: set(offered))
     with pytest.raises(_Captured):
         inst.Instance(validation=False)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from vkcore import cachefs
+from vkcore.base import cachefs
 
 # Modules that exist on POSIX only; uid functions Windows lacks.
 POSIX_ONLY = ("fcntl", "resource", "pwd", "grp", "termios", "tty", "pty", "syslog")
@@ -41,7 +41,7 @@ KERNELS = """
 import json, sys
 import numpy as np
 import vkcore
-from vkcore import cachefs, spirv
+from vkcore import spirv; from vkcore.base import cachefs
 assert not cachefs.OWNER_CHECKS
 x = np.random.default_rng(0).standard_normal((3, 300)).astype(np.float32)
 w = np.random.default_rng(1).standard_normal((16, 64)).astype(np.float32)
@@ -69,7 +69,7 @@ def _run(code: str, env_root: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_import_vkcore_with_posix_modules_hidden(tmp_path):
-    code = PRELUDE + "import vkcore, vkcore.cli\nprint('imported')\n"
+    code = PRELUDE + "import vkcore, vkcore.tools.cli\nprint('imported')\n"
     out = _run(code, tmp_path / "root")
     assert out.returncode == 0 and out.stdout.strip() == "imported", out.stderr
 
@@ -103,7 +103,7 @@ def test_store_and_lock_without_posix_parts(tmp_path):
         PRELUDE
         + f"""
 from pathlib import Path
-from vkcore import cachefs
+from vkcore.base import cachefs
 p = Path({str(tmp_path)!r}) / "a" / "b" / "x.tune.json"
 cachefs.store(p, b"one")
 cachefs.store(p, b"two")  # replaces the file under the lock
@@ -152,7 +152,7 @@ def test_the_lock_excludes_other_processes(tmp_path):
     code = f"""
 import time
 from pathlib import Path
-from vkcore import cachefs
+from vkcore.base import cachefs
 with cachefs.folder_lock(Path({str(tmp_path)!r})):
     Path({str(ready)!r}).touch()
     time.sleep(1.0)

@@ -2,7 +2,7 @@
 
 import math
 
-from vkcore import probes
+from vkcore.tools import probes
 
 
 def _positive(*values):
@@ -46,7 +46,7 @@ def test_softmax_pass_probe_without_timestamps_says_na(device, monkeypatch):
 
 
 def test_bench_probes_command_prints_every_probe(monkeypatch, capsys):
-    from vkcore.cli import main
+    from vkcore.tools.cli import main
 
     page_faults, blas_spin = probes.page_faults, probes.blas_spin
     dequantize, softmax_passes = probes.dequantize, probes.softmax_passes
@@ -76,7 +76,7 @@ def test_bench_probes_command_prints_every_probe(monkeypatch, capsys):
 
 
 def test_topk_and_lm_head_probes_time_what_they_name(device):
-    from vkcore.kernels import topk_steps
+    from vkcore.kernels.sampling import topk_steps
 
     r = probes.topk_rows(device, 1, shape=(2, 1000))
     assert len(r["device_ms"]) == 3 * 4 * 2  # row orders x k x (topk, softmax_topk)

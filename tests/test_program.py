@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import vkcore
-from vkcore import reflect, spirv
+from vkcore import spirv
+from vkcore.spirv import reflect
 
 SCALE = """#version 450
 layout(local_size_x_id = 0) in;

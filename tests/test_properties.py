@@ -225,7 +225,7 @@ MATVEC_CASES = {
 @SETTINGS
 @given(**MATVEC_CASES)
 def test_matvec_matches_reference(device, case, options, activations):
-    from vkcore.kernels import matvec as mv
+    from vkcore.kernels.matvec import matvec as mv
 
     w, x, bias = case
     bits, symmetric, per_channel = options

@@ -5,8 +5,10 @@ import numpy as np
 import pytest
 
 import vkcore
-from vkcore import host_buffer, reference
-from vkcore.kernels import quant, quant_grid, storage
+from vkcore import reference
+from vkcore.device.memory import host_buffer
+from vkcore.kernels import storage
+from vkcore.kernels.quant import rtn, shared
 
 MODES = [(True, True), (True, False), (False, True), (False, False)]  # (symmetric, per_channel)
 
@@ -236,11 +238,11 @@ def test_weights_split_across_buffers(device, rng, monkeypatch):
 def test_dequantize_in_place_across_weight_buffers(device, rng, monkeypatch):
     """Weights split over several buffers, dequantized straight into one imported result
     (each chunk's rows land at their own place)."""
-    from vkcore.kernels import _common
-    from vkcore.pools import host_pool
+    from vkcore.device.memory.pools import host_pool
+    from vkcore.kernels import common
 
     monkeypatch.setattr(storage, "binding_limit", lambda dev: 12288)  # 768 weight rows a buffer
-    monkeypatch.setattr(_common, "POOLED_RESULT_BYTES", 0)  # every result from the pool
+    monkeypatch.setattr(common, "POOLED_RESULT_BYTES", 0)  # every result from the pool
     w = rng.standard_normal((1000, 2)).astype(np.float32)  # an 8000-byte result: one binding
     assert host_pool(device).slot_bytes(w.nbytes) <= 12288
     imports = []
@@ -317,7 +319,7 @@ def test_quant_error_checks_arguments(device, rng):
 
 
 def test_quant_report_cli(capsys):
-    from vkcore.cli import main
+    from vkcore.tools.cli import main
 
     assert main(["quant-report", "--rows", "9", "--cols", "37", "--top", "3"]) == 0
     out = capsys.readouterr().out
@@ -327,11 +329,11 @@ def test_quant_report_cli(capsys):
 
 
 def test_rows_past_the_grid_limit_are_refused(device, monkeypatch):
-    monkeypatch.setattr(quant_grid, "WORKGROUP", 1)
+    monkeypatch.setattr(shared, "WORKGROUP", 1)
     limit = device.info.max_compute_work_group_count[0]
     with pytest.raises(ValueError, match="maxComputeWorkGroupCount"):
-        quant_grid.column_groups(device, limit + 1)
-    assert quant_grid.column_groups(device, limit) == limit
+        shared.column_groups(device, limit + 1)
+    assert shared.column_groups(device, limit) == limit
 
 
 def test_tensor_weights_stay_on_their_device(rng):
@@ -355,7 +357,7 @@ def test_imported_weights_match_reference(device, rng, monkeypatch, n):
         pytest.skip("device cannot import host memory")
     monkeypatch.setattr(host_buffer, "HOST_SHARING_MIN_BYTES", 0)
     w = (rng.standard_normal((9, n)) * 3).astype(np.float32)
-    assert quant._import_rows(device, w, 9) == 9
+    assert rtn._import_rows(device, w, 9) == 9
     for symmetric in (True, False):
         qt = vkcore.quantize(w, symmetric=symmetric, device=device)
         check_against_reference(qt, w, 8, symmetric, True)
@@ -369,7 +371,7 @@ def test_read_only_weights_are_copied(device, rng, monkeypatch):
     monkeypatch.setattr(host_buffer, "HOST_SHARING_MIN_BYTES", 0)
     w = rng.standard_normal((4, 32)).astype(np.float32)
     w.flags.writeable = False
-    assert quant._import_rows(device, w, 4) == 0
+    assert rtn._import_rows(device, w, 4) == 0
     check_against_reference(vkcore.quantize(w, device=device), w, 8, True, True)
 
 
@@ -399,13 +401,13 @@ def test_released_weights_memory_serves_the_next_quantize(device, rng):
 def device_scales_calls(monkeypatch):
     """Counts the calls that took the scales-on-device path (quantize_rows.comp)."""
     calls = []
-    real = quant._quantize_rows
+    real = rtn._quantize_rows
 
     def spy(*args, **kwargs):
         calls.append(args[2].shape)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(quant, "_quantize_rows", spy)
+    monkeypatch.setattr(rtn, "_quantize_rows", spy)
     return calls
 
 
@@ -481,7 +483,7 @@ def test_device_scales_can_be_turned_off(device, rng, monkeypatch, device_scales
 def test_device_scales_with_several_subgroups(device, rng, monkeypatch, workgroup):
     """A GPU-sized workgroup spans several subgroups: the row maximum then goes through
     shared memory and a barrier (on lavapipe a workgroup is otherwise one subgroup)."""
-    monkeypatch.setattr(quant, "_row_workgroup", lambda dev: workgroup)
+    monkeypatch.setattr(rtn, "_row_workgroup", lambda dev: workgroup)
     w = _magnitude_rows(rng, 80, 200)  # rows of 50 vec4: several steps for every lane
     qt = vkcore.quantize(w, device=device)
     with np.errstate(over="ignore"):

@@ -237,7 +237,7 @@ def test_group_size_up_to_2_31_minus_1_is_one_group(device, rng, bits):
 
 
 def test_load_refuses_a_group_size_beyond_2_31_minus_1(device, rng, tmp_path):
-    from vkcore.kernels import qarrays
+    from vkcore.kernels.quant import qarrays
 
     qt = vkcore.quantize(rng.standard_normal((2, 8)).astype(np.float32), group_size=2**31 - 1)
     qt.save(tmp_path / "big.npz")

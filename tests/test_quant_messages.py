@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import vkcore
-from vkcore.kernels.matvec import integer_accumulators
+from vkcore.kernels.matvec.matvec import integer_accumulators
 
 
 @pytest.fixture

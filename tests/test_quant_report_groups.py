@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import vkcore
-from vkcore.cli import main
-from vkcore.quant_report import format_report, ratio
+from vkcore.kernels.quant.report import format_report, ratio
+from vkcore.tools.cli import main
 
 
 def by_hand(w, qt, x):

@@ -12,13 +12,14 @@ import devices
 import pytest
 from devices import NAMES, RecordedDevice
 
-from vkcore import placement, tune
-from vkcore.kernels import _common as c
-from vkcore.kernels import matvec_program as mv
-from vkcore.kernels import quant as qk
-from vkcore.kernels import quant_grid, storage
-from vkcore.kernels import softmax_stages as sm
-from vkcore.pipeline_cache import CacheKey
+from vkcore.device import placement
+from vkcore.device.pipelines.cache import CacheKey
+from vkcore.kernels import common as c
+from vkcore.kernels import storage, tuning
+from vkcore.kernels.matvec import program as mv
+from vkcore.kernels.quant import rtn as qk
+from vkcore.kernels.quant import shared
+from vkcore.kernels.softmax import stages as sm
 
 DEVICES = [RecordedDevice(n) for n in NAMES]
 SHAPES = [(1, 1), (1, 4096), (64, 4096), (4096, 4096), (1, 1 << 22), (70_000, 3), (8, 1 << 20)]
@@ -60,7 +61,7 @@ def test_softmax_plan_is_legal(dev, rows, n):
 
 
 def test_softmax_workgroups_tune_may_store_are_legal(dev):
-    for size in tune.allowed(dev, "softmax_workgroup"):
+    for size in tuning.allowed(dev, "softmax_workgroup"):
         assert _workgroup_ok(dev.info, size)
         p = sm.plan(dev, 64, 4096, workgroup=size)
         assert p.workgroup == size
@@ -78,19 +79,19 @@ def test_matvec_launch_is_legal(dev, mode):
         assert gy <= info.max_compute_work_group_count[1] and gz == 1
         assert gx * gy * rows >= m, "every row has a workgroup"
     for name in ("matvec_rows", "matvec_f32_rows"):
-        assert all(r >= 1 for r in tune.allowed(dev, name))
+        assert all(r >= 1 for r in tuning.allowed(dev, name))
 
 
 def test_quantize_launch_and_splits_are_legal(dev):
     info = dev.info
     assert _workgroup_ok(info, qk._row_workgroup(dev))
-    assert _workgroup_ok(info, quant_grid.WORKGROUP)
-    assert quant_grid.quant_rows(dev) >= 1
+    assert _workgroup_ok(info, shared.WORKGROUP)
+    assert shared.quant_rows(dev) >= 1
     for n in (100, 4096, 1 << 20):
         rows = storage.rows_per_buffer(dev, 4 * n, "w")
         assert rows * 4 * n <= info.max_storage_buffer_range, "one binding holds the rows"
         assert (rows + 1) * 4 * n > info.max_storage_buffer_range or rows >= 1
-    assert quant_grid.column_groups(dev, 4096) <= info.max_compute_work_group_count[0]
+    assert shared.column_groups(dev, 4096) <= info.max_compute_work_group_count[0]
     too_long = info.max_storage_buffer_range // 4 + 1
     with pytest.raises(ValueError, match="binding limit"):
         storage.rows_per_buffer(dev, 4 * too_long, "w")
@@ -121,9 +122,9 @@ def test_texel_eligibility_follows_the_device(dev, monkeypatch):
 
 def test_binding_limit_checks_use_the_device_value(dev):
     limit = dev.info.max_storage_buffer_range
-    c.check_binding_size(dev, limit, "x")
+    storage.check_binding_size(dev, limit, "x")
     with pytest.raises(ValueError, match="maxStorageBufferRange"):
-        c.check_binding_size(dev, limit + 1, "x")
+        storage.check_binding_size(dev, limit + 1, "x")
     assert storage.binding_limit(dev) == limit
 
 
@@ -164,7 +165,7 @@ def test_memory_placement_from_device_info(dev):
     "rows, n, k", [(1, 32_000, 1), (64, 32_000, 40), (1, 1 << 20, 128), (3, 50_000, 300)]
 )
 def test_topk_plans_are_legal(dev, rows, n, k):
-    from vkcore.kernels import topk_steps as tk
+    from vkcore.kernels.sampling import topk_steps as tk
 
     info = dev.info
     limit = tk.select_k_max(dev)
@@ -186,7 +187,7 @@ def test_topk_plans_are_legal(dev, rows, n, k):
 
 
 def test_the_compute_queue_family_is_legal_and_prefers_timestamps_then_a_dedicated_one(dev):
-    from vkcore.logical_device import QUEUE_COMPUTE, QUEUE_GRAPHICS, choose_compute_family
+    from vkcore.device.logical import QUEUE_COMPUTE, QUEUE_GRAPHICS, choose_compute_family
 
     bits = {"GRAPHICS": QUEUE_GRAPHICS, "COMPUTE": QUEUE_COMPUTE}
     families = [
@@ -205,7 +206,7 @@ def test_the_compute_queue_family_is_legal_and_prefers_timestamps_then_a_dedicat
 
 
 def test_the_compute_queue_family_choice_on_made_up_families():
-    from vkcore.logical_device import choose_compute_family
+    from vkcore.device.logical import choose_compute_family
 
     graphics, compute = 0x1, 0x2
     assert choose_compute_family([(graphics, 64)]) is None
@@ -220,7 +221,7 @@ def test_the_timestamp_bits_are_the_chosen_familys():
     timestampValidBits (here the second family: dedicated compute, with timestamps)."""
     from vulkan import ffi
 
-    from vkcore.logical_device import compute_queue_family
+    from vkcore.device.logical import compute_queue_family
 
     families = [(0x1 | 0x2, 36), (0x2, 64), (0x4, 0)]
 

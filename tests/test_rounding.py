@@ -18,8 +18,8 @@ import pytest
 from devices import NAMES, device_info, load
 
 import vkcore
-from vkcore import instance as inst
 from vkcore import reference, spirv
+from vkcore.device import instance as inst
 from vkcore.kernels import programs, variants
 
 OP_CAPABILITY, OP_EXECUTION_MODE = 17, 16

@@ -12,8 +12,8 @@ import pytest
 
 import vkcore
 from vkcore import reference
-from vkcore.bench.program_cases import TINY  # y = a x over n floats
-from vkcore.submitter import Submitter
+from vkcore.device.submit.submitter import Submitter
+from vkcore.tools.bench.program_cases import TINY
 
 ATOL = 1e-6
 
@@ -103,7 +103,10 @@ def test_a_numpy_result_inside_a_sequence_is_refused_not_wrong(device, rng):
 def test_writing_a_buffer_the_recording_uses_is_an_error(device, rng):
     x = _x(rng)
     xt = vkcore.asarray(x, device=device)
-    with pytest.raises(RuntimeError, match="being recorded"), vkcore.sequence(device=device):
+    with (
+        pytest.raises(RuntimeError, match="being recorded"),
+        vkcore.sequence(device=device),
+    ):
         vkcore.softmax(xt)
         xt.write(x * 2)
 

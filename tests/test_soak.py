@@ -31,7 +31,7 @@ import pytest
 from checks import assert_matvec_matches
 
 import vkcore
-from vkcore import vkapi
+from vkcore import _vk
 
 pytestmark = pytest.mark.soak
 
@@ -301,9 +301,9 @@ def test_device_create_close_cycles(tmp_path):
 def test_leak_check_can_fail():
     """The object tracker does report a Vulkan object left alive at device destruction."""
     dev = vkcore.Device(validation=True, pipeline_cache=False)
-    keep = vkapi.Keep()
+    keep = _vk.Keep()
     info = keep.struct("VkBufferCreateInfo", size=256, usage=0x20, sharingMode=0)
     out = dev.ffi.new("VkBuffer*")
-    vkapi.check(dev.lib.vkCreateBuffer(dev.handle, info, dev.ffi.NULL, out), "vkCreateBuffer")
+    _vk.check(dev.lib.vkCreateBuffer(dev.handle, info, dev.ffi.NULL, out), "vkCreateBuffer")
     dev.close()
     assert any("has not been destroyed" in m for m in dev.validation_messages)

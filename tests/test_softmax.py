@@ -5,9 +5,9 @@ import pytest
 
 import vkcore
 from vkcore import reference
-from vkcore.host_buffer import HostBuffer, can_import_host
-from vkcore.kernels import softmax as sm
-from vkcore.kernels import softmax_stages as stages
+from vkcore.device.memory.host_buffer import HostBuffer, can_import_host
+from vkcore.kernels.softmax import softmax as sm
+from vkcore.kernels.softmax import stages as stages
 
 ALGS = ["online", "safe"]
 SEED = [1000.0, 1001.0, 1002.0]
@@ -215,7 +215,7 @@ def test_repeated_numpy_calls_resubmit_one_recording_with_fresh_data(device, rng
 
 
 def test_destroyed_pooled_buffers_drop_their_recordings(device, rng):
-    from vkcore.pools import buffer_pool
+    from vkcore.device.memory.pools import buffer_pool
 
     x = rng.standard_normal((2, 4096)).astype(np.float32)
     vkcore.softmax(x, device=device)
@@ -270,7 +270,7 @@ def test_host_buffer_refuses_what_it_cannot_wrap(device):
 
 
 def test_tensor_outputs_come_back_to_the_pool(device, rng):
-    from vkcore.pools import buffer_pool
+    from vkcore.device.memory.pools import buffer_pool
 
     pool = buffer_pool(device)
     x = vkcore.asarray(rng.standard_normal((4, 1000)).astype(np.float32), device=device)
@@ -341,7 +341,7 @@ def test_results_are_plain_writable_arrays(device, rng):
 
 
 def test_host_pool_keeps_a_bounded_number_of_free_slots(device, rng):
-    from vkcore.pools import host_pool
+    from vkcore.device.memory.pools import host_pool
 
     pool = host_pool(device)
     x = rng.standard_normal(LARGE).astype(np.float32)
@@ -366,7 +366,7 @@ def test_result_outlives_its_device(rng):
 def test_pooled_results_without_host_import(rng, monkeypatch):
     """A discrete GPU does not import host memory: results still come from the pool, the
     kernel writes a device buffer and the copy lands in recycled pages."""
-    from vkcore import host_buffer, pools
+    from vkcore.device.memory import host_buffer, pools
 
     monkeypatch.setattr(pools, "can_import_host", lambda dev: False)
     monkeypatch.setattr(host_buffer, "can_import_host", lambda dev: False)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import vkcore
 from vkcore import reference
-from vkcore.kernels import softmax_stages as sm
+from vkcore.kernels.softmax import stages as sm
 
 ALGS = ["online", "safe"]
 SETTINGS = settings(

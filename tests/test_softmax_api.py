@@ -9,7 +9,7 @@ from hypothesis.extra import numpy as hnp
 
 import vkcore
 from vkcore import reference
-from vkcore.kernels import axes
+from vkcore.kernels.softmax import axes
 
 ALGS = ["online", "safe"]
 FUNCS = {"softmax": (vkcore.softmax, reference.softmax)}

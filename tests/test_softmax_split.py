@@ -14,8 +14,8 @@ import pytest
 
 import vkcore
 from vkcore import reference
-from vkcore.kernels import softmax_split as sm
 from vkcore.kernels import storage
+from vkcore.kernels.softmax import split as sm
 
 ALGS = ["online", "safe"]
 LIMIT = 256 << 10  # bytes: 65,536 floats

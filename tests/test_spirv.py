@@ -5,7 +5,9 @@ import struct
 import pytest
 
 import vkcore
-from vkcore import cachefs, spirv, spirv_entry
+from vkcore import spirv
+from vkcore.base import cachefs
+from vkcore.spirv import entries, shaders
 
 
 def test_cached_spirv_is_used_without_the_compiler(monkeypatch, tmp_path):
@@ -72,19 +74,19 @@ KEY = "0123456789abcdef0123456789abcdef"
 
 
 def test_entry_round_trip_and_every_damage_is_detected(code):
-    entry = spirv_entry.encode_entry(KEY, code)
-    assert spirv_entry.decode_entry(entry, KEY) == code
+    entry = entries.encode_entry(KEY, code)
+    assert entries.decode_entry(entry, KEY) == code
     for at in range(0, len(entry), max(1, len(entry) // 300)):  # flipped bytes everywhere
         damaged = entry[:at] + bytes([entry[at] ^ 0x01]) + entry[at + 1 :]
         with pytest.raises(cachefs.EntryError):
-            spirv_entry.decode_entry(damaged, KEY)
+            entries.decode_entry(damaged, KEY)
     for size in range(0, len(entry), max(1, len(entry) // 100)):  # every truncation
         with pytest.raises(cachefs.EntryError):
-            spirv_entry.decode_entry(entry[:size], KEY)
+            entries.decode_entry(entry[:size], KEY)
     with pytest.raises(cachefs.EntryError, match="key"):
-        spirv_entry.decode_entry(entry, KEY[::-1])
+        entries.decode_entry(entry, KEY[::-1])
     with pytest.raises(cachefs.EntryError, match="magic"):
-        spirv_entry.decode_entry(code, KEY)  # bare SPIR-V (the old cache format) is not an entry
+        entries.decode_entry(code, KEY)  # bare SPIR-V (the old cache format) is not an entry
 
 
 def _word(code: bytes, index: int, value: int) -> bytes:
@@ -109,16 +111,16 @@ def _word(code: bytes, index: int, value: int) -> bytes:
     ],
 )
 def test_structural_checks(code, change, reason):
-    spirv_entry.check_spirv(code)
+    entries.check_spirv(code)
     with pytest.raises(cachefs.EntryError, match=reason):
-        spirv_entry.check_spirv(change(code))
+        entries.check_spirv(change(code))
 
 
 def test_every_registered_variant_passes_the_structural_check():
     if shutil.which("glslangValidator") is None:
         pytest.skip("needs the compiler")
     for name, defines in spirv.variants()[::7]:  # a spread of them: compiling all is slow
-        spirv_entry.check_spirv(spirv.get(name, defines).code)
+        entries.check_spirv(spirv.get(name, defines).code)
 
 
 def test_cache_entry_is_checked_before_use(monkeypatch, tmp_path, caplog):
@@ -126,7 +128,7 @@ def test_cache_entry_is_checked_before_use(monkeypatch, tmp_path, caplog):
     if shutil.which("glslangValidator") is None:
         pytest.skip("needs the compiler")
     monkeypatch.setenv("VKCORE_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(spirv, "_shipped", lambda skey: None)
+    monkeypatch.setattr(shaders, "_shipped", lambda skey: None)
     spirv.clear_memory_cache()
     first = spirv.get("softmax_safe.comp", {"STAGE": 1, "TEXEL": 0, "VEC4": 0, "LOG": 0})
     (path,) = (tmp_path / "spirv").glob("*.spv")

@@ -15,11 +15,13 @@ from devices import NAMES, device_info, load
 from test_rounding import _recording, declared_spirv, instructions
 
 import vkcore
-from vkcore import reference, spirv, tune
-from vkcore.device_info import STAGE_COMPUTE, SUBGROUP_ARITHMETIC
-from vkcore.kernels import matvec_act, quant, variants
-from vkcore.kernels import matvec_program as mv
-from vkcore.kernels import softmax_stages as sm
+from vkcore import reference, spirv
+from vkcore.device.info import STAGE_COMPUTE, SUBGROUP_ARITHMETIC
+from vkcore.kernels import tuning, variants
+from vkcore.kernels.matvec import activation
+from vkcore.kernels.matvec import program as mv
+from vkcore.kernels.quant import rtn
+from vkcore.kernels.softmax import stages as sm
 
 OP_CAPABILITY = 17
 CAP_GROUP_NON_UNIFORM, CAP_GROUP_NON_UNIFORM_ARITHMETIC = 61, 63
@@ -98,12 +100,12 @@ def test_shared_memory_fits_every_recorded_device(name):
     assert limit >= 16384  # the Vulkan minimum, which every report meets
     dev = type("D", (), {"info": info})()
     wg = mv.workgroup_size(dev)
-    for rows in (*tune.ROW_CANDIDATES["matvec_rows"], mv.ROWS, mv.ROWS_F32):
+    for rows in (*tuning.ROW_CANDIDATES["matvec_rows"], mv.ROWS, mv.ROWS_F32):
         fitted = variants.fit_rows(info, wg, rows)
         assert 1 <= fitted <= rows and fitted * wg * 4 <= limit
         assert fitted == rows  # 16 KiB holds every candidate at one subgroup per workgroup
     biggest = min(info.max_compute_work_group_size[0], info.max_compute_work_group_invocations)
-    assert 12 * max(biggest, matvec_act.ACT_WORKGROUP) <= limit
+    assert 12 * max(biggest, activation.ACT_WORKGROUP) <= limit
 
 
 def test_rows_are_halved_until_they_fit(device):
@@ -207,10 +209,10 @@ def test_shared_memory_variants_any_workgroup(device, rng, monkeypatch, size):
         _without(info, operations=info.subgroup_supported_operations & ~SUBGROUP_ARITHMETIC),
     )
     monkeypatch.setattr(sm, "workgroup_size", lambda d: wg)
-    monkeypatch.setattr(quant, "_row_workgroup", lambda d: wg)
+    monkeypatch.setattr(rtn, "_row_workgroup", lambda d: wg)
     mwg = min(wg, 16384 // (4 * mv.ROWS))
     monkeypatch.setattr(mv, "workgroup_size", lambda d: mwg)
-    monkeypatch.setattr(matvec_act, "ACT_WORKGROUP", wg)
+    monkeypatch.setattr(activation, "ACT_WORKGROUP", wg)
     x = np.sort((rng.standard_normal((3, 5001)) * 4).astype(np.float32))
     for alg in ("online", "safe"):
         y = vkcore.softmax(x, algorithm=alg, device=device)

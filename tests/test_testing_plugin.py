@@ -11,14 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from vkcore import ci, testing
-from vkcore.cli import main
+from vkcore import testing
+from vkcore.tools import ci
+from vkcore.tools.cli import main
 
 USER_TESTS = """
 import os
 import numpy as np
 import vkcore
-from vkcore import vkapi
+from vkcore import _vk
 
 
 def test_softmax_runs(vk_device):
@@ -28,7 +29,7 @@ def test_softmax_runs(vk_device):
 
 
 def test_an_invalid_call_fails_the_test(vk_device):
-    keep = vkapi.Keep()
+    keep = _vk.Keep()
     info = keep.struct("VkBufferCreateInfo", size=0, usage=0x20, sharingMode=0)
     out = vk_device.ffi.new("VkBuffer*")
     vk_device.lib.vkCreateBuffer(vk_device.handle, info, vk_device.ffi.NULL, out)
@@ -134,7 +135,7 @@ def test_the_command_line_does_not_need_pytest():
     """An installed vkcore has no pytest: only the plugin module imports it."""
     code = (
         "import sys; sys.modules['pytest'] = None\n"
-        "from vkcore.cli import main\n"
+        "from vkcore.tools.cli import main\n"
         "raise SystemExit(main(['ci-env']))\n"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -21,8 +21,8 @@ import pytest
 from checks import assert_matvec_matches
 
 import vkcore
-from vkcore.commands import Dispatch
-from vkcore.kernels._common import pack_u32
+from vkcore.device.submit.commands import Dispatch
+from vkcore.kernels.common import pack_u32
 
 THREADS = 8
 

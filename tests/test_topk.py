@@ -7,7 +7,7 @@ from checks import PROB_ATOL, check_softmax_topk, check_topk
 
 import vkcore
 from vkcore import reference
-from vkcore.kernels import topk_steps
+from vkcore.kernels.sampling import topk_steps
 
 
 def logits(rng, shape, scale=3.0):

@@ -9,29 +9,31 @@ import pytest
 from checks import assert_every_matvec_mode
 
 import vkcore
-from vkcore import reference, tune, tuner
-from vkcore.kernels import matvec_program as mv
-from vkcore.kernels import programs, quant_grid
-from vkcore.kernels import softmax_stages as sm
+from vkcore import reference
+from vkcore.kernels import programs, tuning
+from vkcore.kernels.matvec import program as mv
+from vkcore.kernels.quant import shared
+from vkcore.kernels.softmax import stages as sm
+from vkcore.tools import tuner
 
 
 @pytest.fixture
 def clean(device):
-    tune.reset(device)
+    tuning.reset(device)
     yield
-    tune.reset(device)
+    tuning.reset(device)
 
 
 def test_tune_stores_the_fastest_candidate_and_softmax_uses_it(device, clean, rng):
     record = tuner.tune(device, shape=(16, 1024), rows_shape=(64, 256), repeats=1)
-    path = tune.tune_path(device)
-    assert path.name.endswith(tune.SUFFIX)
+    path = tuning.tune_path(device)
+    assert path.name.endswith(tuning.SUFFIX)
     assert path.parent == device.pipeline_cache.folder or device.pipeline_cache.folder is None
     stored = json.loads(path.read_text())
     assert stored == record
     assert record["clock"] == "device"  # lavapipe's queue has timestamps
     times = {int(k): v for k, v in record["measured"]["softmax_workgroup"]["total_seconds"].items()}
-    assert set(times) == set(tune.candidates(device))
+    assert set(times) == set(tuning.candidates(device))
     best = record["choices"]["softmax_workgroup"]
     assert times[best] == min(times.values())
     assert sm.workgroup_size(device) == best
@@ -43,8 +45,8 @@ def test_tune_stores_the_fastest_candidate_and_softmax_uses_it(device, clean, rn
 
 def test_tune_chooses_every_rows_parameter_and_the_kernels_use_it(device, clean):
     record = tuner.tune(device, shape=(16, 1024), rows_shape=(64, 256), repeats=1)
-    assert set(record["choices"]) == set(tune.PARAMETERS)
-    for name, values in tune.ROW_CANDIDATES.items():
+    assert set(record["choices"]) == set(tuning.PARAMETERS)
+    for name, values in tuning.ROW_CANDIDATES.items():
         measured = record["measured"][name]
         times = {int(k): v for k, v in measured["total_seconds"].items()}
         assert set(times) == set(values)
@@ -55,10 +57,10 @@ def test_tune_chooses_every_rows_parameter_and_the_kernels_use_it(device, clean)
             assert times[value] == pytest.approx(sum(parts), rel=1e-12)
     assert mv.rows_per_workgroup(device, 0) == record["choices"]["matvec_rows"]
     assert mv.rows_per_workgroup(device, mv.MODE_F32) == record["choices"]["matvec_f32_rows"]
-    assert quant_grid.quant_rows(device) == record["choices"]["quant_rows"]
+    assert shared.quant_rows(device) == record["choices"]["quant_rows"]
 
 
-@pytest.mark.parametrize("value", tune.ROW_CANDIDATES["matvec_rows"])
+@pytest.mark.parametrize("value", tuning.ROW_CANDIDATES["matvec_rows"])
 def test_any_stored_matvec_rows_gives_correct_results(device, clean, rng, value):
     write_choices(device, matvec_rows=value, matvec_f32_rows=min(value, 16))
     m, n = 37, 100  # rows not a multiple of any candidate: the last workgroup is partial
@@ -95,7 +97,7 @@ def _counting(monkeypatch, device, seen):
         original = getattr(vkcore, name)
 
         def call(*args, **kwargs):
-            values = tuple(tune.choice(device, p) for p in tune.PARAMETERS)
+            values = tuple(tuning.choice(device, p) for p in tuning.PARAMETERS)
             seen.append((name, mode_of(kwargs), values))
             return original(*args, **kwargs)
 
@@ -116,11 +118,11 @@ def test_tune_times_every_path_each_choice_steers_with_every_candidate(device, c
     _counting(monkeypatch, device, seen)
     repeats = 2
     record = tuner.tune(device, shape=(8, 512), rows_shape=(32, 128), repeats=repeats)
-    for index, name in enumerate(tune.PARAMETERS):
+    for index, name in enumerate(tuning.PARAMETERS):
         measured = record["measured"][name]
         assert set(measured["median_seconds"]) == PATH_NAMES[name]
         for kernel, mode in PATHS[name]:
-            for value in tune.values(device, name):
+            for value in tuning.values(device, name):
                 runs = [s for s in seen if s[:2] == (kernel, mode) and s[2][index] == value]
                 assert len(runs) >= repeats + 1, (name, kernel, mode, value)  # warm-up + timed
 
@@ -138,17 +140,17 @@ def test_tune_on_a_device_without_timestamps_measures_wall_time(device, clean, c
     finally:
         device.submitter.timestamps = True
     assert record["clock"] == "wall"
-    stored = json.loads(tune.tune_path(device).read_text())
+    stored = json.loads(tuning.tune_path(device).read_text())
     assert stored == record and stored["clock"] == "wall"
-    for name in tune.PARAMETERS:
-        assert record["choices"][name] in tune.allowed(device, name)
+    for name in tuning.PARAMETERS:
+        assert record["choices"][name] in tuning.allowed(device, name)
         totals = record["measured"][name]["total_seconds"]
         assert all(t > 0 for t in totals.values()), name  # host time is never zero
-    assert tune.load(device) == record["choices"]
+    assert tuning.load(device) == record["choices"]
 
 
 def test_the_cli_says_which_clock_it_used(device, clean, monkeypatch, capsys):
-    from vkcore.cli import tune as cli_tune
+    from vkcore.tools.cli import tune as cli_tune
 
     records = {"device": None, "wall": None}
     for clock in records:
@@ -202,10 +204,10 @@ def specialized_rows(device, shader):
     return {dict(key[3]).get("ROWS") for key in programs.made(device) if key[0] == shader}
 
 
-@pytest.mark.parametrize("value", tune.ROW_CANDIDATES["quant_rows"])
+@pytest.mark.parametrize("value", tuning.ROW_CANDIDATES["quant_rows"])
 def test_any_stored_quant_rows_gives_correct_results(device, clean, rng, value):
     write_choices(device, quant_rows=value)
-    assert quant_grid.quant_rows(device) == value
+    assert shared.quant_rows(device) == value
     w = rng.standard_normal((37, 99)).astype(np.float32)  # odd rows, odd columns
     for symmetric, per_channel in ((False, True), (True, False), (False, False)):
         qt = vkcore.quantize(w, symmetric=symmetric, per_channel=per_channel, device=device)
@@ -219,7 +221,7 @@ def test_any_stored_quant_rows_gives_correct_results(device, clean, rng, value):
 
 def test_any_valid_stored_workgroup_gives_correct_softmax(device, clean, rng):
     x = rng.standard_normal((3, 5000)).astype(np.float32)
-    for wg in tune.candidates(device):
+    for wg in tuning.candidates(device):
         write_choice(device, wg)
         assert sm.workgroup_size(device) == wg
         for alg in ("online", "safe"):
@@ -249,28 +251,28 @@ def test_values_tune_never_stores_are_ignored(device, clean, choices, caplog):
         assert sm.workgroup_size(device) == default
         assert mv.rows_per_workgroup(device, 0) == mv.ROWS
         assert mv.rows_per_workgroup(device, mv.MODE_F32) == mv.ROWS_F32
-        assert quant_grid.quant_rows(device) == quant_grid.QUANT_ROWS
+        assert shared.quant_rows(device) == shared.QUANT_ROWS
     assert caplog.text.count("WARNING") == 1 and "ignoring" in caplog.text
 
 
 def test_old_format_and_unsigned_files_are_ignored(device, clean, caplog):
-    wg = tune.candidates(device)[-1]
-    path = tune.tune_path(device)
+    wg = tuning.candidates(device)[-1]
+    path = tuning.tune_path(device)
     for content in (
         {"format": 1, "choices": {"softmax_workgroup": wg}},
-        {"format": 2, "key": tune.key_of(device), "choices": {"softmax_workgroup": wg}},
+        {"format": 2, "key": tuning.key_of(device), "choices": {"softmax_workgroup": wg}},
     ):
         path.write_text(json.dumps(content))
-        tune.forget(device)
+        tuning.forget(device)
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="vkcore"):
-            assert tune.choice(device, "softmax_workgroup") is None
+            assert tuning.choice(device, "softmax_workgroup") is None
         assert caplog.text.count("WARNING") == 1
 
 
 def test_choice_names_are_checked(device):
     with pytest.raises(ValueError, match="name must be one of"):
-        tune.choice(device, "rows_per_group")
+        tuning.choice(device, "rows_per_group")
 
 
 def write_choice(device, wg):
@@ -279,17 +281,17 @@ def write_choice(device, wg):
 
 def write_choices(device, **choices):
     """A tune file as ``vkcore tune`` writes it (format, key, digest) with ``choices``."""
-    path = tune.tune_path(device)
+    path = tuning.tune_path(device)
     path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"format": tune.FORMAT, "key": tune.key_of(device), "choices": choices}
-    path.write_text(json.dumps(tune.encode(record)))
-    tune.forget(device)
+    record = {"format": tuning.FORMAT, "key": tuning.key_of(device), "choices": choices}
+    path.write_text(json.dumps(tuning.encode(record)))
+    tuning.forget(device)
 
 
 def test_a_stored_dot_choice_steers_the_integer_matvec(device, clean, rng):
     """matvec_dot = 1 (stored by tune where the device has the instruction but does not
     mark it accelerated) runs the DOT variant, bit for bit; 0 or no file keeps bitfield."""
-    from vkcore.kernels import matvec_groups as mg
+    from vkcore.kernels.matvec import groups as mg
 
     assert device.info.integer_dot_product and not device.info.integer_dot_product_8bit_accelerated
     w = (rng.standard_normal((37, 100)) * 0.1).astype(np.float32)
@@ -306,4 +308,4 @@ def test_a_stored_dot_choice_steers_the_integer_matvec(device, clean, rng):
         assert not mg.use_dot(device, qt, "int8")
     finally:
         qt.release()
-    assert tune.allowed(device, "matvec_dot") == {0, 1}
+    assert tuning.allowed(device, "matvec_dot") == {0, 1}

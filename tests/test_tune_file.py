@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import vkcore
-from vkcore import tune
+from vkcore.kernels import tuning
 
 json_values = st.recursive(
     st.none()
@@ -28,21 +28,21 @@ json_values = st.recursive(
     ),
     max_leaves=12,
 )
-names = st.sampled_from(tune.PARAMETERS) | st.text(max_size=12)
+names = st.sampled_from(tuning.PARAMETERS) | st.text(max_size=12)
 # Values near the real candidates, so that the checks see almost-right ones too.
 near = st.sampled_from([1, 4, 8, 12, 16, 24, 32, 64, 128, 256, 512, 1024, 2**31, -8, 0])
 near_values = near | near.map(float) | near.map(str) | st.sampled_from([True, False]) | json_values
 
 
-def signed(device, choices, *, key=None, fmt=tune.FORMAT, extra=None):
-    record = {"format": fmt, "key": tune.key_of(device) if key is None else key}
+def signed(device, choices, *, key=None, fmt=tuning.FORMAT, extra=None):
+    record = {"format": fmt, "key": tuning.key_of(device) if key is None else key}
     record.update(extra or {})
     record["choices"] = choices
-    return json.dumps(tune.encode(record)).encode()
+    return json.dumps(tuning.encode(record)).encode()
 
 
 def files(device):
-    valid = signed(device, {"softmax_workgroup": tune.candidates(device)[0], "quant_rows": 2})
+    valid = signed(device, {"softmax_workgroup": tuning.candidates(device)[0], "quant_rows": 2})
     return st.one_of(
         st.dictionaries(names, near_values, max_size=6).map(lambda c: signed(device, c)),
         st.builds(
@@ -66,13 +66,13 @@ def files(device):
 
 @pytest.fixture
 def clean(device):
-    tune.reset(device)
+    tuning.reset(device)
     yield
-    tune.reset(device)
+    tuning.reset(device)
 
 
 def test_loading_never_raises_and_never_leaves_the_candidate_set(device, clean):
-    path = tune.tune_path(device)
+    path = tuning.tune_path(device)
     path.parent.mkdir(parents=True, exist_ok=True)
     logging.getLogger("vkcore").setLevel(logging.ERROR)  # thousands of expected warnings
 
@@ -80,14 +80,14 @@ def test_loading_never_raises_and_never_leaves_the_candidate_set(device, clean):
     @given(files(device))
     def check(data):
         path.write_bytes(data)
-        tune.forget(device)
-        got = tune.load(device)
-        assert set(got) <= set(tune.PARAMETERS)
+        tuning.forget(device)
+        got = tuning.load(device)
+        assert set(got) <= set(tuning.PARAMETERS)
         for name, value in got.items():
-            assert type(value) is int and value in tune.allowed(device, name), (name, value)
-        for name in tune.PARAMETERS:
-            value = tune.choice(device, name)
-            assert value is None or value in tune.allowed(device, name)
+            assert type(value) is int and value in tuning.allowed(device, name), (name, value)
+        for name in tuning.PARAMETERS:
+            value = tuning.choice(device, name)
+            assert value is None or value in tuning.allowed(device, name)
 
     try:
         check()
@@ -96,28 +96,28 @@ def test_loading_never_raises_and_never_leaves_the_candidate_set(device, clean):
 
 
 def test_a_file_tune_writes_is_read_back(device, clean):
-    choices = {"softmax_workgroup": tune.candidates(device)[-1], "matvec_rows": 8}
-    path = tune.tune_path(device)
+    choices = {"softmax_workgroup": tuning.candidates(device)[-1], "matvec_rows": 8}
+    path = tuning.tune_path(device)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(signed(device, choices))
-    tune.forget(device)
-    assert tune.load(device) == choices
+    tuning.forget(device)
+    assert tuning.load(device) == choices
 
 
 def test_allowed_is_what_tune_measures(device):
-    assert tune.allowed(device, "softmax_workgroup") == set(tune.candidates(device))
+    assert tuning.allowed(device, "softmax_workgroup") == set(tuning.candidates(device))
     limit = min(
         device.info.max_compute_work_group_size[0], device.info.max_compute_work_group_invocations
     )
-    assert all(v <= limit for v in tune.candidates(device))
-    assert device.info.subgroup_size in tune.candidates(device)
-    for name, values in tune.ROW_CANDIDATES.items():
-        assert tune.allowed(device, name) == set(values)
+    assert all(v <= limit for v in tuning.candidates(device))
+    assert device.info.subgroup_size in tuning.candidates(device)
+    for name, values in tuning.ROW_CANDIDATES.items():
+        assert tuning.allowed(device, name) == set(values)
 
 
 def test_choices_do_not_keep_a_device_alive():
     dev = vkcore.Device(validation=False)
-    tune.choice(dev, "softmax_workgroup")
+    tuning.choice(dev, "softmax_workgroup")
     ref = weakref.ref(dev)
     del dev
     gc.collect()
@@ -132,7 +132,7 @@ def test_candidates_include_the_smallest_subgroup_size_of_a_size_control_range(d
 
     for name in NAMES:
         rec = RecordedDevice(name)
-        sizes = tune.candidates(rec)
+        sizes = tuning.candidates(rec)
         low, sub = rec.info.min_subgroup_size, rec.info.subgroup_size
         if 1 <= low < sub:
             assert low in sizes, name
@@ -141,16 +141,16 @@ def test_candidates_include_the_smallest_subgroup_size_of_a_size_control_range(d
     original = device.info
     device.info = odd
     try:
-        assert odd.min_subgroup_size in tune.candidates(device)
+        assert odd.min_subgroup_size in tuning.candidates(device)
     finally:
         device.info = original
 
 
 def test_the_store_imports_no_kernel_and_not_the_tuner():
-    """Kernels import the store (tune.choice); the store importing vkcore, a kernel or the
+    """Kernels import the store (tuning.choice); the store importing vkcore, a kernel or the
     tuner would be an import cycle. Only these sibling modules are allowed, anywhere in it."""
     imported = set()
-    for node in ast.walk(ast.parse(Path(tune.__file__).read_text())):
+    for node in ast.walk(ast.parse(Path(tuning.__file__).read_text())):
         if isinstance(node, ast.Import):
             imported |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level:

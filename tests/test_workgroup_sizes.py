@@ -20,9 +20,10 @@ from hypothesis import strategies as st
 
 import vkcore
 from vkcore import reference
-from vkcore.kernels import matvec_act, quant, quant_grid
-from vkcore.kernels import matvec_program as mv
-from vkcore.kernels import softmax_stages as sm
+from vkcore.kernels.matvec import activation
+from vkcore.kernels.matvec import program as mv
+from vkcore.kernels.quant import rtn, shared
+from vkcore.kernels.softmax import stages as sm
 
 SIZES = [1, 3, 12, 13, 100, "max"]
 FEW_SIZES = [1, 13, 100, "max"]  # for the slower kernels
@@ -62,7 +63,7 @@ def test_softmax_any_workgroup(device, rng, monkeypatch, size):
 @pytest.mark.parametrize("size", SIZES)
 def test_quantize_rows_any_workgroup(device, rng, monkeypatch, size):
     wg = resolve(device, size)
-    monkeypatch.setattr(quant, "_row_workgroup", lambda d: wg)
+    monkeypatch.setattr(rtn, "_row_workgroup", lambda d: wg)
     w = (rng.standard_normal((9, 1028)) * 0.3).astype(np.float32)  # scales on the device
     w[3] *= 1e-3
     w[4, 1000] = 7.0  # the maximum late in a row
@@ -76,7 +77,7 @@ def test_quantize_rows_any_workgroup(device, rng, monkeypatch, size):
 @pytest.mark.parametrize("size", FEW_SIZES)
 def test_quantize_and_dequantize_any_workgroup(device, rng, monkeypatch, size):
     wg = resolve(device, size)
-    monkeypatch.setattr(quant_grid, "WORKGROUP", wg)
+    monkeypatch.setattr(shared, "WORKGROUP", wg)
     w = rng.standard_normal((37, 99)).astype(np.float32)
     for symmetric, per_channel in ((False, True), (True, False)):
         qt = vkcore.quantize(w, symmetric=symmetric, per_channel=per_channel, device=device)
@@ -90,7 +91,7 @@ def test_quantize_and_dequantize_any_workgroup(device, rng, monkeypatch, size):
 def test_matvec_any_workgroup(device, rng, monkeypatch, size):
     wg = resolve(device, size, cap=MATVEC_SHARED_BYTES // (4 * mv.ROWS))
     monkeypatch.setattr(mv, "workgroup_size", lambda d: wg)
-    monkeypatch.setattr(matvec_act, "ACT_WORKGROUP", wg)  # quantize_act.comp
+    monkeypatch.setattr(activation, "ACT_WORKGROUP", wg)  # quantize_act.comp
     m, n = 37, 600
     w = (rng.standard_normal((m, n)) * 0.1).astype(np.float32)
     x = rng.standard_normal(n).astype(np.float32)
@@ -129,7 +130,7 @@ def test_softmax_any_drawn_workgroup(device, data):
 SUBGROUPS_OF_4 = """
 import numpy as np, vkcore
 from vkcore import reference
-from vkcore.kernels import softmax_stages as sm
+from vkcore.kernels.softmax import stages as sm
 dev = vkcore.Device(validation=True)
 assert dev.info.subgroup_size == 4, dev.info.subgroup_size
 rng = np.random.default_rng(3)
@@ -140,15 +141,17 @@ for wg in (1, 3, 4, 6, 13, 100):
         y = vkcore.softmax(x, algorithm=alg, device=dev)
         assert np.abs(y - reference.softmax(x)).max() <= 1e-6, (wg, alg)
         assert np.abs(y.sum(-1, dtype=np.float64) - 1).max() <= 1e-5, (wg, alg)
-from vkcore.kernels import matvec_act
-from vkcore.kernels import matvec_program as mv
-from vkcore.kernels import quant
+from vkcore.kernels.matvec import activation
+from vkcore.kernels.matvec import activation
+from vkcore.kernels.matvec import program as mv
+from vkcore.kernels.quant import rtn
+from vkcore.kernels.quant import rtn, shared
 w = (rng.standard_normal((37, 600)) * 0.1).astype(np.float32)
 v = rng.standard_normal(600).astype(np.float32)
 q, s, z = reference.quantize(w, 8, True, True)
 for wg in (3, 6, 13):
-    quant._row_workgroup = mv.workgroup_size = lambda d, wg=wg: wg
-    matvec_act.ACT_WORKGROUP = wg
+    rtn._row_workgroup = mv.workgroup_size = lambda d, wg=wg: wg
+    activation.ACT_WORKGROUP = wg
     qt = vkcore.quantize(w, device=dev)
     assert np.array_equal(qt.q, q), wg
     for act in ("int8", "uint8"):

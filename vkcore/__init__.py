@@ -3,22 +3,22 @@
 numpy in, numpy out; :class:`Tensor` in, Tensor out for data that stays on the device.
 """
 
-from . import reference
-from .device import Device, default_device, devices
-from .device_info import DeviceInfo
-from .errors import ShaderCompileError, ValidationError, VulkanError
-from .kernels.dequantize import dequantize
-from .kernels.f32matrix import F32Matrix
-from .kernels.matvec import matvec, matvec_f32
-from .kernels.qtensor import QuantizedTensor
-from .kernels.quant import quantize
-from .kernels.sample import sample
-from .kernels.softmax import log_softmax, softmax
-from .kernels.topk import softmax_topk, topk
-from .program import Program
-from .quant_report import QuantError, quant_error
-from .sequence import Sequence, sequence
-from .tensor import Tensor, asarray
+from vkcore import reference
+from vkcore.compute.program import Program
+from vkcore.compute.sequence import Sequence, sequence
+from vkcore.compute.tensor import Tensor, asarray
+from vkcore.device.device import Device, default_device, devices
+from vkcore.device.info import DeviceInfo
+from vkcore.errors import ShaderCompileError, ValidationError, VulkanError
+from vkcore.kernels.matvec.f32matrix import F32Matrix
+from vkcore.kernels.matvec.matvec import matvec, matvec_f32
+from vkcore.kernels.quant.dequantize import dequantize
+from vkcore.kernels.quant.qtensor import QuantizedTensor
+from vkcore.kernels.quant.report import QuantError, quant_error
+from vkcore.kernels.quant.rtn import quantize
+from vkcore.kernels.sampling.sample import sample
+from vkcore.kernels.sampling.topk import softmax_topk, topk
+from vkcore.kernels.softmax.softmax import log_softmax, softmax
 
 __version__ = "0.1.0"
 

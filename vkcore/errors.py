@@ -49,7 +49,9 @@ class ValidationError(VulkanError):
         super().__init__("validation layer", 0, first + more)
 
 
-_RESULT_NAMES = {
+# The one table of VkResult codes vkcore names (tests/base/test_vk_constants.py checks each
+# against the binding).
+RESULT_NAMES = {
     1: "VK_NOT_READY",
     2: "VK_TIMEOUT",
     3: "VK_EVENT_SET",
@@ -78,4 +80,12 @@ _RESULT_NAMES = {
 
 def result_name(result: int) -> str:
     """The enum name of a VkResult code (``VK_RESULT_<n>`` when unknown)."""
-    return _RESULT_NAMES.get(result, f"VK_RESULT_{result}")
+    return RESULT_NAMES.get(result, f"VK_RESULT_{result}")
+
+
+def result_code(name: str) -> int:
+    """The VkResult code of ``name`` (a KeyError for a name not in :data:`RESULT_NAMES`)."""
+    return _CODES[name]
+
+
+_CODES = {name: code for code, name in RESULT_NAMES.items()}

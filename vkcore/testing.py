@@ -27,9 +27,9 @@ from typing import Any
 
 import pytest
 
-from .ci import lavapipe_icd, lavapipe_settings
-from .device import Device
-from .errors import VulkanError
+from vkcore.device.device import Device
+from vkcore.errors import VulkanError
+from vkcore.tools.ci import lavapipe_icd, lavapipe_settings
 
 __all__ = ["lavapipe_icd", "lavapipe_settings", "vk_device", "vk_session_device"]
 

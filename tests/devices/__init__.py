@@ -1,7 +1,7 @@
 """Recorded properties of real Vulkan devices (one JSON file each, naming its source report).
 
 ``load(name)`` returns the parsed file; ``memory(record)`` its memory types and heaps as
-:mod:`vkcore.placement` plain data; ``device_info(record)`` a :class:`vkcore.DeviceInfo`
+:mod:`vkcore.device.placement` plain data; ``device_info(record)`` a :class:`vkcore.DeviceInfo`
 (fields the report lacks are 0, False or empty: unknown, never guessed); ``NAMES`` lists
 every recorded device.
 """
@@ -13,9 +13,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from vkcore import placement
-from vkcore.device import Device
-from vkcore.device_info import (
+from vkcore.device import placement
+from vkcore.device.device import Device
+from vkcore.device.info import (
     STAGE_COMPUTE,
     SUBGROUP_ARITHMETIC,
     SUBGROUP_BASIC,

@@ -2,20 +2,12 @@
 arguments, picks a shader variant and grid, and records the Program's dispatches; none
 calls Vulkan itself.
 
-Every kernel module is imported here: each declares its shader variants when imported
-(:func:`vkcore.spirv.register_variants`), so ``import vkcore`` knows all of them (the
-wheel ships them; ``tests/test_builtin_programs.py`` checks none is left out).
+The modules that declare shader variants (:func:`vkcore.spirv.register_variants`) are
+imported here, so ``import vkcore`` knows every variant a kernel can request (the wheel
+ships them; ``tests/kernels/test_builtin_programs.py`` checks none is left out).
 """
 
-from . import (  # noqa: F401
-    dequantize,
-    matvec,
-    matvec_act,
-    matvec_batch,
-    matvec_groups,
-    matvec_program,
-    qarrays,
-    quant,
-    softmax,
-    softmax_stages,
-)
+from vkcore.kernels.matvec import activation, batch, program  # noqa: F401
+from vkcore.kernels.quant import dequantize, rtn  # noqa: F401
+from vkcore.kernels.sampling import sample, topk_steps  # noqa: F401
+from vkcore.kernels.softmax import stages  # noqa: F401

@@ -6,21 +6,18 @@ Kernels are thin wrappers over the public compute API: each step they submit is
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from ..device import Device
-from ..per_device import per_device_map
-from ..program import Program
+from vkcore.base.per_device import PerDeviceMap
+from vkcore.compute.program import Program
+from vkcore.device.device import Device
 
 ProgramKey = tuple[Any, ...]
 # Per device: the DeviceInfo the programs were made for, and named tables of them. A
 # Program checks against the limits of the info it was made with, so another info (tests
 # replace ``device.info`` to act as other GPUs) starts new tables.
-_tables: weakref.WeakKeyDictionary[Device, tuple[Any, dict[str, dict[Any, Program]]]] = (
-    per_device_map()
-)
+_tables: PerDeviceMap[tuple[Any, dict[str, dict[Any, Program]]]] = PerDeviceMap()
 
 
 def table(device: Device, name: str) -> dict[Any, Program]:

@@ -12,16 +12,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..buffer import Buffer
-from ..device import Device
-from ..pools import buffer_pool
-from ..tensor import Tensor
-from . import _common as c
+from vkcore.compute.tensor import Tensor
+from vkcore.device.device import Device
+from vkcore.device.memory.buffer import Buffer
+from vkcore.device.memory.pools import buffer_pool
+from vkcore.kernels import common as c
 
 
 def binding_limit(device: Device) -> int:
     """Largest buffer one storage binding may cover on ``device`` (tests lower it)."""
     return int(device.info.max_storage_buffer_range)
+
+
+def check_binding_size(device: Device, nbytes: int, name: str) -> None:
+    """Refuse arrays larger than one storage-buffer binding allows on this device."""
+    limit = binding_limit(device)
+    if nbytes > limit:
+        raise ValueError(
+            f"{name} needs {nbytes} bytes in one storage buffer, more than this device's "
+            f"maxStorageBufferRange ({limit} bytes); split it into smaller arrays"
+        )
 
 
 def vectors_fit(device: Device, m: int) -> bool:

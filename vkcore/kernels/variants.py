@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .. import spirv
-from ..device_info import DeviceInfo
+from vkcore import spirv
+from vkcore.device.info import DeviceInfo
 
 SHARED_SLOT_BYTES = 4  # every shared array of the kernels holds 32-bit values
 

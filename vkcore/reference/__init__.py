@@ -4,7 +4,7 @@ Tests and the demo compare every kernel with these functions. One module per ker
 family; everything is importable from ``vkcore.reference``.
 """
 
-from .matvec import (
+from vkcore.reference.matvec import (
     ACT_INV,
     ACT_TINY,
     group_rowsums,
@@ -14,7 +14,7 @@ from .matvec import (
     quantize_activations,
     sequential_sum,
 )
-from .quant import (
+from vkcore.reference.quant import (
     dequantize,
     flush_subnormals,
     integer_range,
@@ -25,8 +25,8 @@ from .quant import (
     stored_rows,
     unpack_nibbles,
 )
-from .softmax import log_softmax, softmax
-from .topk import (
+from vkcore.reference.softmax import log_softmax, softmax
+from vkcore.reference.topk import (
     gumbel,
     philox4x32,
     rank_order,

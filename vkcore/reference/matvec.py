@@ -1,4 +1,5 @@
-"""numpy references of activation quantization and the matvec kernels (vkcore.kernels.matvec).
+"""numpy references of activation quantization and the matvec kernels
+(vkcore.kernels.matvec.matvec).
 
 Parameters follow the QuantizedTensor layouts: ``scale`` / ``zero_point`` of shape ``()``
 (per tensor), ``(m,)`` (per channel) or ``(m, G)`` with ``group_size = g`` (row ``i``,
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .quant import flush_subnormals, round_quotient
+from vkcore.reference.quant import flush_subnormals, round_quotient
 
 ACT_INV = {"int8": np.float32(1 / 127), "uint8": np.float32(1 / 255)}
 ACT_TINY = np.float32(2.0**-96)  # activations whose range is below this quantize to 0

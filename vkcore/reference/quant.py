@@ -1,4 +1,4 @@
-"""numpy references of RTN quantization and dequantization (vkcore.kernels.quant).
+"""numpy references of RTN quantization and dequantization (vkcore.kernels.quant.rtn).
 
 The same formulas, written independently in float64 numpy where a value must be exact.
 """

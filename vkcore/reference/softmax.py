@@ -1,4 +1,4 @@
-"""numpy references of softmax and log_softmax (vkcore.kernels.softmax)."""
+"""numpy references of softmax and log_softmax (vkcore.kernels.softmax.softmax)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Softmax in float64 with vkcore's semantics (see :mod:`vkcore.kernels.softmax`).
+    """Softmax in float64 with vkcore's semantics (see :mod:`vkcore.kernels.softmax.softmax`).
 
     The input is first rounded to float32, as the kernel sees it.
     """

@@ -1,5 +1,5 @@
-"""numpy references of top-k, the fused softmax + top-k and sampling (vkcore.kernels.topk,
-vkcore.kernels.sample): the same rank order, the same random numbers, the same formulas.
+"""numpy references of top-k, the fused softmax + top-k and sampling (vkcore.kernels.sampling.topk,
+vkcore.kernels.sampling.sample): the same rank order, the same random numbers, the same formulas.
 
 Rank order: descending, ties to the lower index, NaN last (after -inf), -0 equal to +0:
 exactly ``np.argsort(-x, kind="stable")`` on the float32 values.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .softmax import softmax as _softmax
+from vkcore.reference.softmax import softmax as _softmax
 
 _M0, _M1 = 0xD2511F53, 0xCD9E8D57
 _W0, _W1 = 0x9E3779B9, 0xBB67AE85

@@ -1,0 +1,136 @@
+"""A push-constant block packed from values by member name, checked against the types
+reflected from the shader (:mod:`vkcore.spirv.reflect`), and specialization constant values."""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from vkcore.spirv import reflect
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+_INT_RANGE = {"int": (-(2**31), 2**31 - 1), "uint": (0, 2**32 - 1)}
+_PACK = {"int": "<i", "uint": "<I", "float": "<f"}
+
+
+class PushBlock:
+    """The push-constant block of one shader: its members, size and a fast packer."""
+
+    def __init__(self, members: Sequence[reflect.PushMember], size: int, name: str) -> None:
+        self.members = tuple(members)
+        self.size = size
+        self.name = name  # the program's, for messages
+        self._struct = _scalar_block(self.members, size)
+        self._names = frozenset(m.name for m in self.members)
+
+    def pack(self, push: bytes | None, values: Mapping[str, Any]) -> bytes:
+        """The block's bytes from ``push`` (given whole) or ``values`` (by member name)."""
+        size = self.size
+        if push is not None:
+            if values:
+                raise TypeError("give push constants by name or as push=bytes, not both")
+            if not isinstance(push, (bytes, bytearray)) or len(push) != size:
+                got = len(push) if isinstance(push, (bytes, bytearray)) else type(push).__name__
+                raise ValueError(f"push must be {size} bytes (the push-constant block), got {got}")
+            return bytes(push)
+        if self._struct is not None and values.keys() == self._names:
+            fast = self._pack_scalars(values)
+            if fast is not None:
+                return fast
+        members = {m.name: m for m in self.members}
+        unknown = sorted(set(values) - set(members))
+        if unknown:
+            raise TypeError(
+                f"{self.name} has no push constant {unknown[0]!r} "
+                f"(it has {sorted(members) or 'none'})"
+            )
+        missing = sorted(set(members) - set(values))
+        if missing:
+            raise TypeError(f"{self.name}: push constant {missing[0]!r} is missing")
+        if self._struct is not None:  # scalars only: one pack of the whole block
+            return self._struct.pack(*(member_value(m, values[m.name]) for m in self.members))
+        block = bytearray(size)
+        for m in self.members:
+            block[m.offset : m.offset + m.size] = _pack_member(m, values[m.name])
+        return bytes(block)
+
+    def _pack_scalars(self, values: Mapping[str, Any]) -> bytes | None:
+        """The block packed in one call, or None where a value needs the checked path
+        (a bool, a wrong type, an int out of range: that path names the problem)."""
+        items = [values[m.name] for m in self.members]
+        if any(type(v) is bool for v in items):
+            return None
+        assert self._struct is not None
+        try:
+            return self._struct.pack(*items)
+        except (struct.error, OverflowError, TypeError):
+            return None
+
+
+def _pack_member(m: reflect.PushMember, value: Any) -> bytes:
+    items = (
+        [value]
+        if m.count == 1
+        else list(np.asarray(value).reshape(-1))
+        if _is_sequence(value)
+        else None
+    )
+    if items is None or len(items) != m.count:
+        raise TypeError(f"push constant {m.name!r} takes {m.count} {m.kind} values, got {value!r}")
+    return b"".join(struct.pack(_PACK[m.kind], member_value(m, v)) for v in items)
+
+
+def _scalar_block(members: Sequence[reflect.PushMember], size: int) -> struct.Struct | None:
+    """A struct.Struct packing the whole block when every member is a scalar, else None."""
+    if any(m.count != 1 for m in members):
+        return None
+    fmt, at = "<", 0
+    for m in sorted(members, key=lambda m: m.offset):
+        fmt += "x" * (m.offset - at) + _PACK[m.kind][1]
+        at = m.offset + 4
+    fmt += "x" * (size - at)
+    if sorted(members, key=lambda m: m.offset) != list(members):
+        return None  # declared out of offset order: the per-member path keeps it simple
+    return struct.Struct(fmt)
+
+
+def _is_sequence(value: Any) -> bool:
+    return isinstance(value, (list, tuple, np.ndarray))
+
+
+def member_value(m: reflect.PushMember, v: Any, what: str = "") -> int | float:
+    """``v`` checked against the member's type (``what`` names it in errors)."""
+    what = what or f"push constant {m.name!r}"
+    if m.kind == "float":
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise TypeError(f"{what} is a float, got {type(v).__name__}")
+        # inf and NaN are float32 values; a finite number beyond float32 is not.
+        too_big = abs(int(v)) > _FLOAT32_MAX if isinstance(v, (int, np.integer)) else False
+        f = math.inf if too_big else float(v)
+        if too_big or (math.isfinite(f) and abs(f) > _FLOAT32_MAX):
+            raise ValueError(f"{what} (float32) must be within +-{_FLOAT32_MAX:.8g}, got {v}")
+        return f
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{what} is an {m.kind}, got {type(v).__name__} {v!r}")
+    lo, hi = _INT_RANGE[m.kind]
+    if not lo <= int(v) <= hi:
+        raise ValueError(f"{what} ({m.kind}) must be in {lo}..{hi}, got {v}")
+    return int(v)
+
+
+def spec_value(const: reflect.SpecConstant, value: Any) -> int | float:
+    """The value as the pipeline takes it: ints as their 32-bit pattern, floats as float."""
+    label = const.name or f"SpecId {const.id}"
+    if const.kind == "bool":
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"spec: {label} is a bool, got {type(value).__name__}")
+        return int(bool(value))
+    member = reflect.PushMember(label, 0, const.kind)
+    number = member_value(member, value, f"spec: {label}")
+    if const.kind == "int":
+        return struct.unpack("<I", struct.pack("<i", int(number)))[0]
+    return number

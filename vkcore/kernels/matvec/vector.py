@@ -1,0 +1,101 @@
+"""One matvec call on a vector x: the checks, the bindings and the dispatches, with y,
+bias and parameters bound whole (else :mod:`vkcore.kernels.matvec.chunked`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from vkcore.compute.tensor import Tensor
+from vkcore.device.memory.buffer import Buffer
+from vkcore.device.submit.commands import Dispatch
+from vkcore.kernels import common as c
+from vkcore.kernels import storage
+from vkcore.kernels.matvec import groups as mg
+from vkcore.kernels.matvec import program as mp
+from vkcore.kernels.matvec.args import check_binding, input_buffer, vector
+from vkcore.kernels.matvec.chunked import matvec_by_chunks
+from vkcore.kernels.matvec.f32matrix import F32Matrix
+from vkcore.kernels.matvec.steps import kernel, push, rowsum_step
+from vkcore.kernels.quant.qtensor import QuantizedTensor
+
+
+def run(
+    mat: QuantizedTensor | F32Matrix, x: Any, bias: Any, mode: int, out_acc: bool = False
+) -> Any:
+    """``y = W x + b`` (or, with ``out_acc``, the int32 accumulators of every group) in
+    ``mode``; numpy in, numpy out, Tensor in, Tensor out."""
+    dev = mat.device
+    mat.check_usable()  # the device is open and mat not released (says which)
+    m, n = mat.shape
+    xv = vector(x, n, dev, "x")
+    bv = None if bias is None else vector(bias, m, dev, "bias")
+    check_binding(dev, 4 * n, "x")
+    groups = 1 if isinstance(mat, F32Matrix) else mg.groups(mat)
+    count = m * groups if out_acc else m  # y, or the accumulators of every group
+    with dev.lock:
+        xbuf = input_buffer(mat, xv, "x")
+        if not storage.vectors_fit(dev, m * groups):
+            return matvec_by_chunks(mat, mode, xbuf, xv, bv, out_acc)
+        bbuf = c.dummy_buffer(dev) if bv is None else input_buffer(mat, bv, "bias")
+        y_tensor = Tensor.empty((count,), np.float32, dev) if isinstance(xv, Tensor) else None
+        ybuf = y_tensor.buffer if y_tensor is not None else mat.scratch_buffer("y", 4 * count)
+        assert ybuf is not None
+        made: dict[str, Buffer] = {}  # derived state, kept only once the steps have run
+        try:
+            steps = _steps(mat, mode, xbuf, bbuf, ybuf, (int(bv is not None), int(out_acc)), made)
+            dev.run(steps)
+        except BaseException:
+            for buf in made.values():
+                buf.destroy()
+            raise
+        # Kept once computed; a recorded sequence has not run yet (or may be discarded).
+        if "rowsum" in made and isinstance(mat, QuantizedTensor) and not c.recording(dev):
+            mat.rowsum = made["rowsum"]
+        if y_tensor is not None:
+            return y_tensor
+        out = np.empty(count, dtype=np.float32)
+        ybuf.read(out)
+        return out
+
+
+def _steps(
+    mat: QuantizedTensor | F32Matrix,
+    mode: int,
+    xbuf: Buffer,
+    bbuf: Buffer,
+    ybuf: Buffer,
+    flags: tuple[int, int],
+    made: dict[str, Buffer],
+) -> list[Dispatch]:
+    """Every dispatch of the call, in order; ``flags``: (bias given, accumulators out)."""
+    dev = mat.device
+    steps: list[Dispatch] = []
+    scale, zero = mp.param_buffers(mat)  # they fit one binding (else matvec_by_chunks)
+    rowsum = c.dummy_buffer(dev)
+    if isinstance(mat, QuantizedTensor) and mode == mp.MODES["uint8"]:
+        rowsum = _rowsum(mat, steps, made)
+    prog, act, act_vec, blocks = kernel(mat, mode, xbuf, steps)
+    for ch in mat.chunks:
+        words = push(mat, blocks, ch.rows, ch.row0, ch.row0, 0, flags)
+        buffers = (ch.buffer, scale, zero, rowsum, act, act_vec, bbuf, ybuf)
+        grid = mp.grid(dev, ch.rows, mp.pipe_mode(mat, mode))
+        steps.append(prog.record(*buffers, groups=grid, push=words))
+    return steps
+
+
+def _rowsum(qt: QuantizedTensor, steps: list[Dispatch], made: dict[str, Buffer]) -> Buffer:
+    """V_ig = sum_{j in g} (Q_ij - z_ig) (G = 1: one per row), computed on the device once
+    per weight tensor.
+
+    A new buffer goes into ``made`` with the dispatches that fill it appended to ``steps``;
+    the caller keeps it as ``qt.rowsum`` only once those have run (an interrupted first
+    call must not leave row sums that were never computed)."""
+    if qt.rowsum is not None and qt.rowsum.alive:
+        return qt.rowsum
+    rowsum = made["rowsum"] = Buffer(qt.device, 4 * qt.shape[0] * mg.groups(qt))
+    scale, zero = mp.param_buffers(qt)
+    for ch in qt.chunks:
+        steps.append(rowsum_step(qt, ch, scale, zero, rowsum, ch.row0, 0, ch.rows, ch.row0))
+    return rowsum

@@ -1,0 +1,1 @@
+"""Top-k, fused softmax + top-k, and sampling of an LM's last step (docs/sampling.md)."""
