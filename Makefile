@@ -35,7 +35,7 @@ $(STAMP): pyproject.toml
 # Mesa 25's lavapipe from bookworm-backports, unpacked into $(VENV)/mesa25 for the
 # pipeline-cache driver-upgrade test (which also fetches it on first use).
 mesa25:
-	bash tests/fetch_mesa_backports.sh $(abspath $(VENV))/mesa25
+	bash tests/support/fetch_mesa_backports.sh $(abspath $(VENV))/mesa25
 
 demo: setup
 	$(PY) -m vkcore demo
@@ -48,7 +48,7 @@ test: setup lint
 # The long soak: thousands of kernel calls and device lifetimes under validation; prints
 # calls, duration, RSS and live Vulkan object counts (make test runs a short version).
 soak: setup
-	VKCORE_VALIDATION=1 VKCORE_SOAK=long $(PY) -m pytest -q -s -m soak tests/test_soak.py
+	VKCORE_VALIDATION=1 VKCORE_SOAK=long $(PY) -m pytest -q -s -m soak tests/device/test_soak.py
 
 lint: setup
 	$(PY) -m ruff check vkcore tests examples setup.py
@@ -70,7 +70,7 @@ gpu-check: setup
 	bash examples/gpu_check.sh
 
 # sdist and wheel in dist/; the wheel carries the GLSL sources and every shader variant's
-# SPIR-V (tests/test_wheel.py installs it into a clean venv and runs it without glslang).
+# SPIR-V (tests/test_packaging.py installs it into a clean venv and runs it without glslang).
 wheel: setup
 	$(PY) -m build --outdir dist
 

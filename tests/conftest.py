@@ -8,9 +8,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
+from pathlib import Path
 
 import pytest
+
+# The helpers every folder's tests import by name (checks, kernel_tour, devices, ...).
+SUPPORT = Path(__file__).resolve().parent / "support"
+if str(SUPPORT) not in sys.path:
+    sys.path.insert(0, str(SUPPORT))
 
 # Isolate caches before vkcore reads the environment (the user's folders stay untouched).
 _CACHE_ROOT = tempfile.mkdtemp(prefix="vkcore-test-cache-")
@@ -30,7 +37,7 @@ def pytest_unconfigure(config):
 # a run where vkcore is not installed) provides the validated session device and fails
 # any test during which the validation layer said anything, and the session if objects
 # are still alive when the device is destroyed.
-pytest_plugins = ["vkcore.testing"]
+pytest_plugins = ["vkcore.testing", "binding_limits"]  # binding_limits: the small_binding fixture
 
 
 @pytest.fixture(scope="session")
@@ -47,7 +54,7 @@ def rng():
 
 @pytest.fixture
 def scale(device):
-    """y = a * x over n floats (tests/adversarial_programs.py)."""
+    """y = a * x over n floats (tests/support/adversarial_programs.py)."""
     from adversarial_programs import SCALE
 
     import vkcore
@@ -57,7 +64,7 @@ def scale(device):
 
 @pytest.fixture
 def copy_words(device):
-    """y[i] = x[i] word for word (tests/adversarial_programs.py)."""
+    """y[i] = x[i] word for word (tests/support/adversarial_programs.py)."""
     from adversarial_programs import COPY_WORDS
 
     import vkcore
