@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 # its own tier or of lower ones; a pattern ``pkg.*`` is the package and everything in it.
 TIERS: tuple[tuple[str, ...], ...] = (
     ("errors",),
-    ("_vk", "base.*"),  # the binding; the environment, cache files, per-device tables
+    ("_vk", "_vk.*", "base.*"),  # the binding; the environment, cache files, per-device tables
     ("reference.*",),  # numpy references: no device, no shader
     ("spirv.*",),  # GLSL to SPIR-V, its cache, entry format, reflection; no device
     ("device.instance", "device.info", "device.placement", "device.logical"),
@@ -258,3 +258,22 @@ def test_the_checks_fail_on_what_they_forbid(tmp_path, monkeypatch):
     )
     hits = list(private_imports("kernels.x", fake, {"base.config": fake, "kernels.common": fake}))
     assert len(hits) == 2, hits
+
+
+def test_a_softmax_call_only_goes_down_the_tiers(device):
+    """Every call made by ``vkcore.softmax(x)`` (numpy x; the first call on a device,
+    then a repeat) goes from a module into one of its own tier or a lower one."""
+    import numpy as np
+    from call_walk import walk
+
+    import vkcore
+
+    x = np.linspace(-3, 3, 4096, dtype=np.float32).reshape(4, 1024)
+    fresh = vkcore.Device(pipeline_cache=False)
+    try:
+        for _ in range(2):
+            found = walk(lambda: vkcore.softmax(x, device=fresh))
+            assert len(found.modules) > 10, found.visits  # the walk saw the layers
+            assert found.climbs(tier_of) == [], found.climbs(tier_of)
+    finally:
+        fresh.close()
