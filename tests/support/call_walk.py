@@ -126,8 +126,10 @@ def main() -> None:
         vkcore.softmax(x, device=dev)
     w = walk(lambda: vkcore.softmax(x, device=dev), follow=None if "--all" in sys.argv else x)
     print(" -> ".join(w.visits))
-    print(f"{len(w.modules)} modules, {len(w.visits)} visits, "
-          f"{len(w.climbs(tier_of))} climbs, {len(w.returns())} returns")
+    print(
+        f"{len(w.modules)} modules, {len(w.visits)} visits, "
+        f"{len(w.climbs(tier_of))} climbs, {len(w.returns())} returns"
+    )
     dev.close()
 
 

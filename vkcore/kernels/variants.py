@@ -77,7 +77,7 @@ def fit_rows(info: DeviceInfo, workgroup: int, rows: int, slots_per_row: int = 1
 
 def exactness(info: DeviceInfo) -> dict[str, Any]:
     """Which results are bit for bit with :mod:`vkcore.reference` on this device, and
-    which only within one float32 rounding (for ``vkcore info`` and the README)."""
+    which only within one float32 rounding (for ``vkcore info`` and docs/quantization.md)."""
     rte = bool(info.rounding_mode_rte_float32)
     rounded = "bit for bit" if rte else "within one float32 rounding per step"
     return {

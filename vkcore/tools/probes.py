@@ -1,7 +1,7 @@
-"""``vkcore bench --probes``: the measurements behind the README's explanations.
+"""``vkcore bench --probes``: the measurements behind the explanations in docs/performance.md.
 
 The benchmark's comparisons say *how fast*; these probes say *why*, each one a small
-experiment printed with its figures, so that every explanation in the README comes from a
+experiment printed with its figures, so that every explanation in docs/performance.md comes from a
 command anyone can run:
 
 * ``page_faults``: what a fresh (never touched) array costs to fill, against the same

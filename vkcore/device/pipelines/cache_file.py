@@ -2,7 +2,7 @@
 format, and where the files live. No Vulkan here: :mod:`vkcore.device.pipelines.cache` holds the
 live cache that reads and writes these files.
 
-On disk (layout in ``cache/README.md``): one file per device identity in
+On disk (layout in docs/caches.md): one file per device identity in
 ``<cache root>/pipeline/``, vkcore's own header (magic, format version, sizes, SHA-256 of
 the payload and of the header, every key field) in front of the driver's blob.
 :func:`decode` and :func:`check_for_device` are the load checks, in order: the header is
@@ -31,7 +31,7 @@ SUFFIX = ".vkpc"
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 MAX_BYTES_ENV = "VKCORE_PIPELINE_CACHE_MAX_BYTES"
 
-# vkcore's header: everything before the driver's blob (little-endian, see cache/README.md).
+# vkcore's header: everything before the driver's blob (little-endian, see docs/caches.md).
 _NAME_FIELD = 256  # VK_MAX_DRIVER_NAME_SIZE and VK_MAX_DRIVER_INFO_SIZE
 _FIXED = struct.Struct("<8sIIQ32sIIIIII16s16s256s256s")
 _HEADER_HASH_SIZE = 32

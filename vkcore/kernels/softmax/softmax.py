@@ -14,7 +14,7 @@ Semantics, identical for both algorithms and for :mod:`vkcore.reference`:
 
 log_softmax is within 1e-6 + 1e-6 |y| of a float64 reference. Softmax accuracy against a
 float64 reference: max abs error <= 1e-6, rows sum to 1 within 1e-5,
-for both algorithms and any order of the input (tests/kernels/softmax/test_softmax_accuracy.py). The online
+for both algorithms and any order of the input (test_softmax_accuracy.py). The online
 kernel does not rescale its sum each time the maximum grows (each rescale adds one exp's
 error, and an ascending row grows it at every step): it sums exp(x - r) against a reference
 r moved only when a value exceeds it by more than MARGIN (shaders/softmax_online.comp), so

@@ -29,8 +29,8 @@ SUBCOMMANDS = ["info", "demo", "cache", "coldwarm", "quant_report", "bench", "tu
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vkcore",
-        description="Vulkan compute kernels (online softmax, RTN quantization, INT8 matvec) "
-        "with a persisted pipeline cache.",
+        description="GPU compute kernels through Vulkan (softmax, RTN quantization, matvec, "
+        "top-k and sampling) with a persisted pipeline cache.",
     )
     parser.add_argument("--version", action="version", version=f"vkcore {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logging")

@@ -1,5 +1,5 @@
 """``vkcore bench``: kernels against their baselines; ``--quick``, ``--json``, ``--plot``;
-``--probes`` for the measurements behind the README's explanations."""
+``--probes`` for the measurements behind the explanations in docs/performance.md."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--probes",
         action="store_true",
-        help="only the probes behind the README's explanations (first-touch pages, OpenBLAS "
+        help="only the probes behind docs/performance.md (first-touch pages, OpenBLAS "
         "spin, dequantize, softmax passes), not the comparisons",
     )
     p.add_argument(
