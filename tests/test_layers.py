@@ -71,6 +71,19 @@ def _resolve(base: str, known: dict[str, Path]) -> str | None:
     return init if init in known else None
 
 
+def from_base(node: ast.ImportFrom, package: list[str]) -> str | None:
+    """The vkcore module (dotted, relative to the package) a ``from ... import`` reads
+    from, for a module in ``package``; None outside vkcore."""
+    if node.level:
+        if node.level - 1 > len(package):
+            return None  # above the package: not a vkcore module
+        up = package[: len(package) - (node.level - 1)]
+        return ".".join([*up, *(node.module.split(".") if node.module else [])])
+    if node.module and (node.module == PACKAGE or node.module.startswith(PACKAGE + ".")):
+        return node.module.removeprefix(PACKAGE).lstrip(".")
+    return None
+
+
 def imports_of(name: str, path: Path, known: dict[str, Path]) -> Iterator[str]:
     """Every vkcore module ``name`` imports, anywhere in the file."""
     package = name.split(".")[:-1]  # the package a relative import starts from
@@ -82,14 +95,8 @@ def imports_of(name: str, path: Path, known: dict[str, Path]) -> Iterator[str]:
                     if target is not None:
                         yield target
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                if node.level - 1 > len(package):
-                    continue  # above the package: not a vkcore module
-                up = package[: len(package) - (node.level - 1)]
-                base = ".".join([*up, *(node.module.split(".") if node.module else [])])
-            elif node.module and (node.module == PACKAGE or node.module.startswith(PACKAGE + ".")):
-                base = node.module.removeprefix(PACKAGE).lstrip(".")
-            else:
+            base = from_base(node, package)
+            if base is None:
                 continue
             # `from pkg import mod` imports the module mod; `from pkg import name` the package.
             for alias in node.names:
@@ -203,14 +210,8 @@ def private_imports(name: str, path: Path, known: dict[str, Path]) -> Iterator[s
     aliases: set[str] = set()
     package = name.split(".")[:-1]
     for node in ast.walk(tree):
-        if not isinstance(node, ast.ImportFrom):
-            continue
-        if node.level:
-            up = package[: len(package) - (node.level - 1)]
-            base = ".".join([*up, *(node.module.split(".") if node.module else [])])
-        elif node.module and (node.module == PACKAGE or node.module.startswith(PACKAGE + ".")):
-            base = node.module.removeprefix(PACKAGE).lstrip(".")
-        else:
+        base = from_base(node, package) if isinstance(node, ast.ImportFrom) else None
+        if base is None:
             continue
         for alias in node.names:
             sub = f"{base}.{alias.name}" if base else alias.name

@@ -61,8 +61,7 @@ def f32_weights(w: Any, device: Device | None) -> Iterator[F32Matrix]:
             "got a QuantizedTensor; use vkcore.matvec(qt, x) for quantized weights"
         )
     if isinstance(w, F32Matrix):
-        if device is not None and device is not w.device:
-            raise ValueError("device must be the F32Matrix's own device (or None)")
+        device_for(w.device, device, "F32Matrix")
         yield w
         return
     mat = F32Matrix(w, device)

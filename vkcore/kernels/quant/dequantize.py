@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from vkcore import spirv
+from vkcore.compute.tensor import device_for
 from vkcore.device.device import Device
 from vkcore.device.memory.buffer import Buffer
 from vkcore.device.memory.host_buffer import can_import_host
@@ -41,9 +42,7 @@ def dequantize(qt: QuantizedTensor, *, device: Device | None = None) -> np.ndarr
     if not isinstance(qt, QuantizedTensor):
         raise TypeError(f"qt must be a vkcore.QuantizedTensor, got {type(qt).__name__}")
     qt.check_usable()
-    if device is not None and device is not qt.device:
-        raise ValueError("device must be the QuantizedTensor's own device (or None)")
-    dev = qt.device
+    dev = device_for(qt.device, device, "QuantizedTensor")
     m, n = qt.shape
     y_rows = storage.rows_per_buffer(dev, 4 * n, "one row of the result of dequantize(qt)")
     out, direct = _result(dev, m, n)

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from vkcore.compute.tensor import Tensor
+from vkcore.compute.tensor import Tensor, device_for
 from vkcore.device.device import Device, resolve
 from vkcore.device.memory.buffer import Buffer
 from vkcore.device.memory.pools import buffer_pool
@@ -84,8 +84,7 @@ def _topk(x: Any, k: Any, axis: Any, device: Device | None, *, fused: bool) -> t
     n = data.shape[ax]
     kk = check_count(k, "k", n)
     if isinstance(data, Tensor):
-        if device is not None and device is not data.device:
-            raise ValueError("device must be the Tensor's own device (or None)")
+        device_for(data.device, device)
         if ax != ndim - 1:
             raise ValueError(f"a Tensor's top-k is over its last axis (axis=-1), got axis={axis}")
         return _topk_tensor(data, kk, fused)

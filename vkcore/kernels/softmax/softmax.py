@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from vkcore.compute.tensor import Tensor, check_on_device
+from vkcore.compute.tensor import Tensor, check_on_device, device_for
 from vkcore.device.device import Device, resolve
 from vkcore.device.memory.buffer import Buffer
 from vkcore.device.memory.host_buffer import HostBuffer, imports_host_array
@@ -89,8 +89,7 @@ def _normalized(
     ndim = len(data.shape)
     row_axes = axes.normalize_axes(axis, ndim)
     if isinstance(data, Tensor):
-        if device is not None and device is not data.device:
-            raise ValueError("device must be the Tensor's own device (or None)")
+        device_for(data.device, device)
         if not axes.is_trailing(row_axes, ndim):
             raise ValueError(
                 "a Tensor is normalized over its last axes only (axis=-1, a tuple of the "
