@@ -17,8 +17,8 @@ from vkcore.device.pipelines.cache import CacheKey
 from vkcore.kernels import common as c
 from vkcore.kernels import storage, tuning
 from vkcore.kernels.matvec import program as mv
+from vkcore.kernels.quant import launch
 from vkcore.kernels.quant import rtn as qk
-from vkcore.kernels.quant import shared
 from vkcore.kernels.softmax import stages as sm
 
 DEVICES = [RecordedDevice(n) for n in NAMES]
@@ -85,13 +85,13 @@ def test_matvec_launch_is_legal(dev, mode):
 def test_quantize_launch_and_splits_are_legal(dev):
     info = dev.info
     assert _workgroup_ok(info, qk._row_workgroup(dev))
-    assert _workgroup_ok(info, shared.WORKGROUP)
-    assert shared.quant_rows(dev) >= 1
+    assert _workgroup_ok(info, launch.WORKGROUP)
+    assert launch.quant_rows(dev) >= 1
     for n in (100, 4096, 1 << 20):
         rows = storage.rows_per_buffer(dev, 4 * n, "w")
         assert rows * 4 * n <= info.max_storage_buffer_range, "one binding holds the rows"
         assert (rows + 1) * 4 * n > info.max_storage_buffer_range or rows >= 1
-    assert shared.column_groups(dev, 4096) <= info.max_compute_work_group_count[0]
+    assert launch.column_groups(dev, 4096) <= info.max_compute_work_group_count[0]
     too_long = info.max_storage_buffer_range // 4 + 1
     with pytest.raises(ValueError, match="binding limit"):
         storage.rows_per_buffer(dev, 4 * too_long, "w")

@@ -22,7 +22,7 @@ import vkcore
 from vkcore import reference
 from vkcore.kernels.matvec import activation
 from vkcore.kernels.matvec import program as mv
-from vkcore.kernels.quant import rtn, shared
+from vkcore.kernels.quant import launch, rtn
 from vkcore.kernels.softmax import stages as sm
 
 SIZES = [1, 3, 12, 13, 100, "max"]
@@ -77,7 +77,7 @@ def test_quantize_rows_any_workgroup(device, rng, monkeypatch, size):
 @pytest.mark.parametrize("size", FEW_SIZES)
 def test_quantize_and_dequantize_any_workgroup(device, rng, monkeypatch, size):
     wg = resolve(device, size)
-    monkeypatch.setattr(shared, "WORKGROUP", wg)
+    monkeypatch.setattr(launch, "WORKGROUP", wg)
     w = rng.standard_normal((37, 99)).astype(np.float32)
     for symmetric, per_channel in ((False, True), (True, False)):
         qt = vkcore.quantize(w, symmetric=symmetric, per_channel=per_channel, device=device)
@@ -145,7 +145,7 @@ from vkcore.kernels.matvec import activation
 from vkcore.kernels.matvec import activation
 from vkcore.kernels.matvec import program as mv
 from vkcore.kernels.quant import rtn
-from vkcore.kernels.quant import rtn, shared
+from vkcore.kernels.quant import launch, rtn
 w = (rng.standard_normal((37, 600)) * 0.1).astype(np.float32)
 v = rng.standard_normal(600).astype(np.float32)
 q, s, z = reference.quantize(w, 8, True, True)

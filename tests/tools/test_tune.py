@@ -12,7 +12,7 @@ import vkcore
 from vkcore import reference
 from vkcore.kernels import programs, tuning
 from vkcore.kernels.matvec import program as mv
-from vkcore.kernels.quant import shared
+from vkcore.kernels.quant import launch
 from vkcore.kernels.softmax import stages as sm
 from vkcore.tools import tuner
 
@@ -57,7 +57,7 @@ def test_tune_chooses_every_rows_parameter_and_the_kernels_use_it(device, clean)
             assert times[value] == pytest.approx(sum(parts), rel=1e-12)
     assert mv.rows_per_workgroup(device, 0) == record["choices"]["matvec_rows"]
     assert mv.rows_per_workgroup(device, mv.MODE_F32) == record["choices"]["matvec_f32_rows"]
-    assert shared.quant_rows(device) == record["choices"]["quant_rows"]
+    assert launch.quant_rows(device) == record["choices"]["quant_rows"]
 
 
 @pytest.mark.parametrize("value", tuning.ROW_CANDIDATES["matvec_rows"])
@@ -207,7 +207,7 @@ def specialized_rows(device, shader):
 @pytest.mark.parametrize("value", tuning.ROW_CANDIDATES["quant_rows"])
 def test_any_stored_quant_rows_gives_correct_results(device, clean, rng, value):
     write_choices(device, quant_rows=value)
-    assert shared.quant_rows(device) == value
+    assert launch.quant_rows(device) == value
     w = rng.standard_normal((37, 99)).astype(np.float32)  # odd rows, odd columns
     for symmetric, per_channel in ((False, True), (True, False), (False, False)):
         qt = vkcore.quantize(w, symmetric=symmetric, per_channel=per_channel, device=device)
@@ -251,7 +251,7 @@ def test_values_tune_never_stores_are_ignored(device, clean, choices, caplog):
         assert sm.workgroup_size(device) == default
         assert mv.rows_per_workgroup(device, 0) == mv.ROWS
         assert mv.rows_per_workgroup(device, mv.MODE_F32) == mv.ROWS_F32
-        assert shared.quant_rows(device) == shared.QUANT_ROWS
+        assert launch.quant_rows(device) == launch.QUANT_ROWS
     assert caplog.text.count("WARNING") == 1 and "ignoring" in caplog.text
 
 

@@ -8,7 +8,7 @@ import vkcore
 from vkcore import reference
 from vkcore.device.memory import host_buffer
 from vkcore.kernels import storage
-from vkcore.kernels.quant import rtn, shared
+from vkcore.kernels.quant import launch, rtn
 
 MODES = [(True, True), (True, False), (False, True), (False, False)]  # (symmetric, per_channel)
 
@@ -329,11 +329,11 @@ def test_quant_report_cli(capsys):
 
 
 def test_rows_past_the_grid_limit_are_refused(device, monkeypatch):
-    monkeypatch.setattr(shared, "WORKGROUP", 1)
+    monkeypatch.setattr(launch, "WORKGROUP", 1)
     limit = device.info.max_compute_work_group_count[0]
     with pytest.raises(ValueError, match="maxComputeWorkGroupCount"):
-        shared.column_groups(device, limit + 1)
-    assert shared.column_groups(device, limit) == limit
+        launch.column_groups(device, limit + 1)
+    assert launch.column_groups(device, limit) == limit
 
 
 def test_tensor_weights_stay_on_their_device(rng):

@@ -17,7 +17,7 @@ from vkcore.device.memory.host_buffer import can_import_host
 from vkcore.device.memory.pools import host_pool
 from vkcore.kernels import common as c
 from vkcore.kernels import storage, variants
-from vkcore.kernels.quant import shared as qg
+from vkcore.kernels.quant import launch as qg
 from vkcore.kernels.quant.qlayout import BLOCK
 from vkcore.kernels.quant.qtensor import QuantizedTensor
 from vkcore.kernels.storage import Loans, row_slices

@@ -57,7 +57,7 @@ from vkcore.device.memory.host_buffer import HostBuffer, imports_host_array
 from vkcore.device.memory.pools import buffer_pool
 from vkcore.kernels import common as c
 from vkcore.kernels import programs, storage, variants
-from vkcore.kernels.quant import shared as qg
+from vkcore.kernels.quant import launch as qg
 from vkcore.kernels.quant.params import (
     check_options,
     device_params,
