@@ -362,8 +362,8 @@ def _interrupt_after(monkeypatch, call):
     what a Ctrl-C arriving just after that driver call returned does."""
     import sys
 
-    module = sys.modules["vkcore.sequence"]
-    real = module.vkapi
+    module = sys.modules["vkcore.compute.sequence"]
+    real = module._vk
 
     class Interrupting:
         def __getattr__(self, name):
@@ -373,11 +373,11 @@ def _interrupt_after(monkeypatch, call):
         def check(result, name):
             value = real.check(result, name)
             if name == call:
-                monkeypatch.setattr(module, "vkapi", real)  # once
+                monkeypatch.setattr(module, "_vk", real)  # once
                 raise KeyboardInterrupt(f"after {name}")
             return value
 
-    monkeypatch.setattr(module, "vkapi", Interrupting())
+    monkeypatch.setattr(module, "_vk", Interrupting())
 
 
 @pytest.mark.parametrize("call", ["vkCreateFence", "vkResetFences", "vkQueueSubmit"])
