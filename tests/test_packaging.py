@@ -96,14 +96,13 @@ def dist(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def clean_venv(dist, tmp_path_factory) -> Path:
-    """A new virtual environment (no system packages) with vkcore installed by
-    ``pip install <sdist>`` (an isolated build of its own) and its dependencies."""
+    """A new virtual environment (no system packages) with only the wheel and its deps."""
     root = tmp_path_factory.mktemp("venv")
     venv = root / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
     python = venv / "bin" / "python"
     pip = [sys.executable, "-m", "pip", "--python", str(python)]
-    _run([*pip, "install", "--quiet", str(dist["sdist"])], timeout=600)
+    _run([*pip, "install", "--quiet", str(dist["wheel"])])
     return venv
 
 
