@@ -1,31 +1,8 @@
 """Environment variables read by vkcore, in one place, with one rule for bad values.
 
-==================================  ======================================================
-``VKCORE_DEVICE``                   device index or a substring of its name (default: the
-                                    best device)
-``VKCORE_VALIDATION``               flag, default off: the Khronos validation layer, its
-                                    errors raised
-``VKCORE_CACHE_DIR``                cache root (default ``$XDG_CACHE_HOME/vkcore``, else
-                                    ``~/.cache/vkcore``)
-``VKCORE_PIPELINE_CACHE``           flag, default on: the persisted VkPipelineCache
-``VKCORE_PIPELINE_CACHE_MAX_BYTES`` integer 1 .. 2**48, default 256 MiB: the size cap of
-                                    a pipeline-cache file read or written
-``VKCORE_SPIRV_CACHE``              flag, default on: the on-disk SPIR-V cache
-``VKCORE_SHADER_DIR``               folder of GLSL sources (default: the package's)
-``VKCORE_FORCE_STAGING``            flag, default off: device-local memory plus a staging
-                                    buffer even where host-visible device memory exists
-``VKCORE_TEXEL``                    flag, default on: kernel inputs through uniform texel
-                                    buffers (off: storage buffers)
-``VKCORE_DEVICE_SCALES``            flag, default on: symmetric per-channel quantization
-                                    scales computed on the device (off: on the host)
-==================================  ======================================================
-
-The rule: an unset or blank variable means its default, silently. A value that cannot be
-used (a flag that is not one of ``1 true yes on`` / ``0 false no off``, any case; an
-integer that does not parse or is out of bounds; a folder that is not a folder; a device
-no selector matches) is one warning on the ``vkcore`` logger, once per variable and value
-in a process, and the default. A bad environment never raises and never changes a result:
-``VKCORE_VALIDATION=maybe`` does not turn validation on.
+Every ``VKCORE_*`` variable, its values and its default, and the rule for a value that
+cannot be used (one warning, then the default; never an exception, never another
+result) are in docs/environment.md; the functions below are that rule.
 """
 
 from __future__ import annotations
