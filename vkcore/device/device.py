@@ -29,6 +29,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from vkcore.base import config
@@ -122,6 +123,13 @@ class Device(DeviceContext):
     def pipeline_cache(self) -> PipelineCache:
         assert self._pipeline_cache is not None, "used before the device was created"
         return self._pipeline_cache
+
+    @property
+    def pipeline_cache_folder(self) -> Path | None:
+        """Where this device's pipeline-cache file lives (None: not persisted, or a device
+        without one), the folder other per-device files (tune files) sit in."""
+        cache = self._pipeline_cache
+        return cache.folder if cache is not None else None
 
     # ------------------------------------------------------------------ submission
     def run(self, steps: Sequence[Dispatch]) -> None:

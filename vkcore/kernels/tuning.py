@@ -61,8 +61,7 @@ _lock = threading.Lock()
 
 def tune_path(device: Device) -> Path:
     """Where ``device``'s choices live: next to its pipeline-cache file, same key."""
-    cache = getattr(device, "pipeline_cache", None)
-    folder = cache.folder if cache is not None and cache.folder is not None else pipeline_dir()
+    folder = device.pipeline_cache_folder or pipeline_dir()
     return folder / (key_of(device) + SUFFIX)
 
 
