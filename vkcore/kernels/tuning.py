@@ -17,13 +17,9 @@ values measured best on lavapipe). The rows parameters are specialization consta
 new SPIR-V per value. This module imports no kernel and not the package itself: the
 kernels import it.
 
-A tune file is checked like every cache file (:mod:`vkcore.base.cachefs`: a regular file of at
-most 1 MiB, owned by this user, in a folder others cannot write), then as JSON: format 2,
-the key (the pipeline-cache file name it sits next to) equal to this device's, and the
-SHA-256 of its canonical JSON. A file failing any of these is ignored as a whole. Then
-every stored value must be one that the tuner itself could have stored on this device:
-an ``int`` in :func:`allowed` (the candidate set it measures, derived from the device's
-properties). Anything else is ignored, with one warning per file naming the values.
+A tune file is checked like every cache file before one value is used, and a value the
+tuner could not have stored on this device is ignored with one warning (the checks and
+the format: docs/caches.md, "Tune file format").
 """
 
 from __future__ import annotations

@@ -1,26 +1,11 @@
 """GLSL compute shaders to SPIR-V: shipped, cached by content, or compiled.
 
-Lookup order for a shader variant (file name + defines):
-
-1. *shipped*: ``vkcore/spirv/<source key>.spv`` inside an installed wheel, where the
-   source key hashes the GLSL source with its includes, the defines and the target
-   environment. A changed shader has another key, so stale SPIR-V is never used.
-2. *cache*: ``$VKCORE_CACHE_DIR/spirv/<key>.spv``, where the key also covers the
-   compiler's version and the entry format (``VKCORE_SPIRV_CACHE=0`` disables it).
-3. *compiled*: ``glslangValidator`` then ``spirv-val``; the result is written to the cache
-   atomically under the folder's lock (:mod:`vkcore.base.cachefs`).
-
-Shipped and cached files are *entries*: an 80-byte header (magic ``VKCORESV``, format,
-code size, the key, SHA-256 of key and code) in front of the SPIR-V words. Before use an
-entry must be a regular file of at most 16 MiB; a cached one must also be owned by this
-user in a folder others cannot write (shipped ones are as trusted as the package's code).
-Then the header, the key (an entry copied under another key is refused), the digest and
-the SPIR-V structure (magic, version 1.0-1.6, bound, schema 0, every instruction's word
-count adding up exactly, a GLCompute entry point, OpFunctionEnd last) are checked.
-``spirv-val`` is not run at load: it is a separate process per variant (many times the
-cost of these checks) and absent from an installed wheel; the digest proves the words
-are the ones ``spirv-val`` accepted when they were compiled. A
-failed check is one warning, then the variant is recompiled (and the entry rewritten).
+A variant (file name + defines) is looked up shipped in the wheel
+(``vkcore/spirv/shipped/``), then in the SPIR-V cache, else compiled (glslangValidator,
+then spirv-val) and stored in the cache; every shipped or cached entry is checked before
+use and a failed check is one warning and a recompile. The lookup, the keys, the entry
+format and the checks are docs/caches.md ("SPIR-V cache", "SPIR-V entry format"); the
+entry itself is :mod:`vkcore.spirv.entries`, the folder's rules :mod:`vkcore.base.cachefs`.
 
 Every variant a kernel can request is declared once, next to the kernel, with
 :func:`register_variants`; :func:`variants` lists them all, and the wheel build (``setup.py``)
