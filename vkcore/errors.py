@@ -6,6 +6,28 @@ the argument and the expectation. Driver failures raise :class:`VulkanError`.
 
 from __future__ import annotations
 
+import reprlib
+
+# Values echoed in messages are cut to a readable size (a bad argument can be huge).
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 3, 80, 80, 40
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxset = _SHORT.maxfrozenset = _SHORT.maxdeque = 8
+_SHORT.maxdict = _SHORT.maxarray = 8
+MAX_SHOWN = 200
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` for an error message, at most about :data:`MAX_SHOWN` characters
+    (containers, strings and numbers are cut with ``...``), an exception as its text."""
+    if isinstance(value, BaseException):
+        text = str(value)
+        return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
+    try:
+        text = _SHORT.repr(value)
+    except Exception:  # noqa: BLE001 - a repr that fails (an int of over 4300 digits, ...)
+        text = f"<{type(value).__name__} that has no printable repr>"
+    return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
+
 
 class VulkanError(RuntimeError):
     """A Vulkan call failed (or no Vulkan loader/driver/device could be used).
