@@ -53,7 +53,7 @@ def as_rows(
     ndim = arr.ndim
     if is_trailing(axes, ndim):  # the common case: no transpose, often no copy
         split = ndim - len(axes)
-        flat = np.ascontiguousarray(arr, dtype=np.float32)
+        flat = _float32(arr)
         rows, n = math.prod(arr.shape[:split]), math.prod(arr.shape[split:])
         return flat.reshape(rows, n), arr.shape, _unchanged
     others = tuple(a for a in range(ndim) if a not in axes)
@@ -62,7 +62,7 @@ def as_rows(
     moved = arr if identity else arr.transpose(perm)
     n = math.prod(arr.shape[a] for a in axes)
     rows = math.prod(arr.shape[a] for a in others)
-    flat = np.ascontiguousarray(moved, dtype=np.float32).reshape(rows, n)
+    flat = _float32(moved).reshape(rows, n)
     inverse = tuple(int(i) for i in np.argsort(perm))
 
     def restore(result: np.ndarray) -> np.ndarray:
@@ -90,3 +90,10 @@ def check_out(out: Any, shape: tuple[int, ...], name: str = "out") -> np.ndarray
     if not out.flags.writeable:
         raise ValueError(f"{name} must be writable")
     return out
+
+
+def _float32(arr: np.ndarray) -> np.ndarray:
+    """C-contiguous float32; beyond its range infinities, without numpy's overflow warning
+    (the documented conversion of float64 input)."""
+    with np.errstate(over="ignore"):
+        return np.ascontiguousarray(arr, dtype=np.float32)

@@ -92,7 +92,7 @@ def sample(
         tokens = _draw(data.device, data.buffer, rows, n, count, push)
     else:
         dev = resolve(device)
-        flat = np.ascontiguousarray(data, dtype=np.float32).reshape(rows, n)
+        flat = c.as_float32(data).reshape(rows, n)
         c.check_binding_size(dev, flat.nbytes, "logits")
         pool = buffer_pool(dev)
         x = pool.acquire(flat.nbytes)

@@ -89,7 +89,7 @@ def _topk(x: Any, k: Any, axis: Any, device: Device | None, *, fused: bool) -> t
             raise ValueError(f"a Tensor's top-k is over its last axis (axis=-1), got axis={axis}")
         return _topk_tensor(data, kk, fused)
     dev = resolve(device)
-    rows = np.ascontiguousarray(np.moveaxis(data, ax, -1), dtype=np.float32)
+    rows = c.as_float32(np.moveaxis(data, ax, -1))
     shape = (*rows.shape[:-1], kk)
     flat = rows.reshape(-1, n)
     values = np.empty((flat.shape[0], kk), dtype=np.float32)
