@@ -23,7 +23,7 @@ import numpy as np
 from . import mapping, placement, vkapi
 from .context import DeviceContext, check_allocation
 from .device_info import TEXEL_FORMATS
-from .errors import VulkanError
+from .errors import VulkanError, shown
 from .holds import Held
 
 # Results after which the next memory type of a placement is tried: out of host or device
@@ -98,7 +98,7 @@ class Buffer(Held):
 
     def __init__(self, device: DeviceContext, nbytes: int, *, purpose: str = "resident") -> None:
         if purpose not in placement.PURPOSES:
-            raise ValueError(f"purpose must be one of {placement.PURPOSES}, got {purpose!r}")
+            raise ValueError(f"purpose must be one of {placement.PURPOSES}, got {shown(purpose)}")
         if nbytes <= 0:
             raise ValueError(f"buffer size must be positive, got {nbytes}")
         check_allocation(device, nbytes, "buffer")

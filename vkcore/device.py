@@ -293,7 +293,7 @@ def check_selector(selector: object) -> str | int | None:
         )
     index = operator.index(selector)
     if index < 0:
-        raise ValueError(f"selector: device index must be 0 or more, got {index}")
+        raise ValueError(f"selector: device index must be 0 or more, got {shown(index)}")
     return index
 
 

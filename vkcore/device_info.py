@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import vkapi
-from .errors import VulkanError
+from .errors import VulkanError, shown
 from .instance import NO_DRIVER_HINT
 
 if TYPE_CHECKING:
@@ -323,6 +323,6 @@ def choose(infos: list[DeviceInfo], selector: str | int | None) -> DeviceInfo:
     matches = [i for i in infos if text.lower() in i.name.lower()]
     if not matches:
         raise ValueError(
-            f"VKCORE_DEVICE/device {text!r} matches no device name; devices are: {listing}"
+            f"VKCORE_DEVICE/device {shown(text)} matches no device name; devices are: {listing}"
         )
     return matches[0]

@@ -7,6 +7,7 @@ the argument and the expectation. Driver failures raise :class:`VulkanError`.
 from __future__ import annotations
 
 import reprlib
+from numbers import Integral, Real
 
 # Values echoed in messages are cut to a readable size (a bad argument can be huge).
 _SHORT = reprlib.Repr()
@@ -18,15 +19,30 @@ MAX_SHOWN = 200
 
 def shown(value: object) -> str:
     """``repr(value)`` for an error message, at most about :data:`MAX_SHOWN` characters
-    (containers, strings and numbers are cut with ``...``), an exception as its text."""
-    if isinstance(value, BaseException):
-        text = str(value)
-        return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
+    (containers, strings and numbers are cut with ``...``); numbers (numpy's too) as
+    ``str`` gives them, an int too long to print as its number of digits, an exception
+    as its text."""
+    if isinstance(value, Integral):
+        number = int(value)
+        if number.bit_length() > 600:  # (str() of an int over 4300 digits raises)
+            digits = int(number.bit_length() * 0.30103) + 1
+            return f"{'-' if number < 0 else ''}<an int of about {digits} digits>"
+        return str(value)
+    if isinstance(value, Real):
+        return str(value)
     try:
-        text = _SHORT.repr(value)
-    except Exception:  # noqa: BLE001 - a repr that fails (an int of over 4300 digits, ...)
+        text = str(value) if isinstance(value, BaseException) else _SHORT.repr(value)
+    except Exception:  # noqa: BLE001 - a repr that fails
         text = f"<{type(value).__name__} that has no printable repr>"
-    return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
+    return cut(text)
+
+
+def cut(text: str) -> str:
+    """``text`` cut to :data:`MAX_SHOWN` characters (the middle replaced by ``...``)."""
+    if len(text) <= MAX_SHOWN:
+        return text
+    half = (MAX_SHOWN - 3) // 2
+    return text[:half] + "..." + text[-half:]
 
 
 class VulkanError(RuntimeError):

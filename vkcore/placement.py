@@ -34,6 +34,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .errors import shown
+
 DEVICE_LOCAL = 0x1
 HOST_VISIBLE = 0x2
 HOST_COHERENT = 0x4
@@ -156,7 +158,7 @@ def place(
     Raises ValueError when no type fits the purpose at all.
     """
     if purpose not in PURPOSES:
-        raise ValueError(f"purpose must be one of {PURPOSES}, got {purpose!r}")
+        raise ValueError(f"purpose must be one of {PURPOSES}, got {shown(purpose)}")
     usable = [t for t in types if type_bits >> t.index & 1 and _ordinary(t)]
     by_heap = sorted(usable, key=lambda t: -heaps[t.heap_index].size)  # stable: index order
     order = {

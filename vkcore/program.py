@@ -56,6 +56,7 @@ from . import program_source as source_of
 from .buffer import Buffer
 from .commands import Dispatch
 from .device import Device, resolve
+from .errors import shown
 from .pipeline import Pipeline
 from .pools import buffer_pool
 from .push_block import PushBlock
@@ -379,7 +380,7 @@ class Program:
         if not 1 <= len(dims) <= 3 or any(
             isinstance(g, bool) or not isinstance(g, (int, np.integer)) for g in dims
         ):
-            raise TypeError(f"groups must be an int or 1 to 3 ints, got {groups!r}")
+            raise TypeError(f"groups must be an int or 1 to 3 ints, got {shown(groups)}")
         dims += [1] * (3 - len(dims))
         limits = self.device.info.max_compute_work_group_count
         for dim, (g, limit) in enumerate(zip(dims, limits, strict=True)):

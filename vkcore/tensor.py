@@ -44,7 +44,7 @@ class Tensor:
         each 0 or more."""
         dev = resolve(device)
         shape = _check_shape(shape)
-        dt = _check_dtype(np.dtype(dtype), "dtype")
+        dt = _check_dtype(_as_dtype(dtype), "dtype")
         nbytes = math.prod(shape) * dt.itemsize
         check_allocation(dev, nbytes, "shape")
         return cls(Buffer(dev, nbytes) if nbytes else None, shape, dt, dev)
@@ -103,6 +103,13 @@ class Tensor:
         return self.shape[0]
 
 
+def _as_dtype(dtype: Any) -> np.dtype:
+    try:
+        return np.dtype(dtype)
+    except (TypeError, ValueError):  # numpy's message repeats the whole value
+        raise TypeError(f"dtype must be a numpy dtype, got {shown(dtype)}") from None
+
+
 def _check_dtype(dt: np.dtype, name: str) -> np.dtype:
     if dt not in TENSOR_DTYPES:
         names = ", ".join(str(d) for d in TENSOR_DTYPES)
@@ -130,14 +137,14 @@ def asarray(data: ArrayLike | Tensor, device: Device | None = None, dtype: Any =
     """
     if isinstance(data, Tensor):
         if (device is None or data.device is device) and (
-            dtype is None or np.dtype(dtype) == data.dtype
+            dtype is None or _as_dtype(dtype) == data.dtype
         ):
             return data
         data = data.numpy()
     dev = resolve(device)
     arr = _numbers(data, "data")
     if dtype is not None:
-        native = _check_dtype(np.dtype(dtype), "dtype")
+        native = _check_dtype(_as_dtype(dtype), "dtype")
     elif arr.dtype.kind in "fiu" and arr.dtype.itemsize == 8:
         native = np.dtype(np.float32)  # no 64-bit Tensors: converted as the kernels do
     else:
@@ -228,7 +235,7 @@ def _check_shape(shape: Any) -> tuple[int, ...]:
             raise TypeError
         out = tuple(operator.index(d) for d in dims)
     except TypeError:
-        raise TypeError(f"shape must be an int or a tuple of ints, got {shape!r}") from None
+        raise TypeError(f"shape must be an int or a tuple of ints, got {shown(shape)}") from None
     if any(d < 0 for d in out):
-        raise ValueError(f"shape must have no negative dimension, got {out}")
+        raise ValueError(f"shape must have no negative dimension, got {shown(out)}")
     return out

@@ -38,6 +38,7 @@ from typing import Any
 
 from . import cachefs
 from .device import Device
+from .errors import shown
 from .per_device import per_device_map
 from .pipeline_cache_file import CacheKey, pipeline_dir
 
@@ -156,7 +157,7 @@ def _short(value: Any) -> str:
 def choice(device: Device, name: str) -> Any:
     """A tuned parameter for ``device`` or None (read once per device, then memoized)."""
     if name not in PARAMETERS:
-        raise ValueError(f"name must be one of {PARAMETERS}, got {name!r}")
+        raise ValueError(f"name must be one of {PARAMETERS}, got {shown(name)}")
     with _lock:
         found = _choices.get(device)
         if found is None:

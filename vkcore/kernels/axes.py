@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import shown
+
 
 def normalize_axes(axis: Any, ndim: int) -> tuple[int, ...]:
     """``axis`` (an int, a tuple of distinct ints, or None for every axis) as sorted
@@ -34,7 +36,7 @@ def normalize_axes(axis: Any, ndim: int) -> tuple[int, ...]:
             raise ValueError(f"axis {a} is out of range for an array of {ndim} dimensions")
         out.append(int(a) % ndim)
     if len(set(out)) != len(out):
-        raise ValueError(f"axis must not repeat an axis, got {axis!r}")
+        raise ValueError(f"axis must not repeat an axis, got {shown(axis)}")
     return tuple(sorted(out))
 
 

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..device import Device
+from ..errors import shown
 from ..tensor import Tensor
 from . import _common as c
 from . import matvec_batch as batch
@@ -92,7 +93,7 @@ def integer_accumulators(qt: QuantizedTensor, x: Any, activations: str = "int8")
     For checks and tests: they equal :func:`vkcore.reference.matvec_accumulators`.
     """
     if activations not in ("int8", "uint8"):
-        raise ValueError(f"activations must be 'int8' or 'uint8', got {activations!r}")
+        raise ValueError(f"activations must be 'int8' or 'uint8', got {shown(activations)}")
     check_call(qt, activations, None)
     y = run(qt, x, None, MODES[activations], out_acc=True)
     arr = (y.numpy() if isinstance(y, Tensor) else y).view(np.int32)

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..buffer import Buffer
 from ..device import Device
+from ..errors import shown
 from ..tensor import Tensor
 from . import _common as c
 from . import matvec_groups as mg
@@ -39,7 +40,7 @@ def check_call(qt: Any, activations: Any, device: Device | None) -> None:
             hint = "; quantize the weights first with vkcore.quantize"
         raise TypeError(f"qt must be a vkcore.QuantizedTensor, got {type(qt).__name__}{hint}")
     if activations not in ACTIVATIONS:
-        raise ValueError(f"activations must be one of {ACTIVATIONS}, got {activations!r}")
+        raise ValueError(f"activations must be one of {ACTIVATIONS}, got {shown(activations)}")
     if device is not None and device is not qt.device:
         raise ValueError("device must be the QuantizedTensor's own device (or None)")
     if activations != "float":

@@ -31,6 +31,7 @@ from .. import spirv
 from ..buffer import Buffer
 from ..commands import Dispatch
 from ..device import Device, resolve
+from ..errors import shown
 from ..pools import buffer_pool
 from ..tensor import Tensor
 from . import _common as c
@@ -143,7 +144,7 @@ def _check_seed(seed: Any) -> int:
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
     if not 0 <= seed < 1 << 64:
-        raise ValueError(f"seed must be in [0, 2**64), got {seed}")
+        raise ValueError(f"seed must be in [0, 2**64), got {shown(seed)}")
     return int(seed)
 
 

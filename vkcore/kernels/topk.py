@@ -34,6 +34,7 @@ import numpy as np
 
 from ..buffer import Buffer
 from ..device import Device, resolve
+from ..errors import shown
 from ..pools import buffer_pool
 from ..tensor import Tensor
 from . import _common as c
@@ -60,9 +61,9 @@ def check_count(value: Any, name: str, n: int) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if n == 0:
-        raise ValueError(f"{name}={value} needs a non-empty axis, but its length is 0")
+        raise ValueError(f"{name}={shown(value)} needs a non-empty axis, but its length is 0")
     if not 1 <= value <= n:
-        raise ValueError(f"{name} must be in 1..{n} (the axis length), got {value}")
+        raise ValueError(f"{name} must be in 1..{n} (the axis length), got {shown(value)}")
     return int(value)
 
 
