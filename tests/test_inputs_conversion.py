@@ -103,3 +103,17 @@ def test_a_failed_write_leaves_the_tensor_unchanged(device):
     with pytest.raises(ValueError):
         t.write([4, 5, 300])
     np.testing.assert_array_equal(t.numpy(), [1, 2, 3])
+
+
+@pytest.mark.parametrize(
+    "given",
+    [object(), (i for i in range(3)), {1: 2}, {1, 2}],
+    ids=["object", "generator", "dict", "set"],
+)
+def test_what_is_not_an_array_is_refused_naming_its_type(device, given):
+    with pytest.raises(
+        TypeError, match=f"data must be array-like of numbers, got {type(given).__name__}"
+    ):
+        vkcore.asarray(given, device=device)
+    with pytest.raises(TypeError, match=type(given).__name__):
+        vkcore.Tensor.empty((), "float32", device).write(given)

@@ -272,3 +272,56 @@ def test_element_types_of_blocks():
         )
         (b,) = reflect.reflect(spirv.compile_source(src).code).bindings
         assert b.element == want, members
+
+
+# --------------------------------------------------------------------------- adversarial
+def test_the_held_fast_path_converts_and_refuses_as_the_first_call_does(device, copies):
+    """A repeated small call reuses its staging buffers without the general checks: an
+    argument of the same byte size but another dtype must still be converted (or, for a
+    result, refused) and not bound as bytes."""
+    prog = copies["float"]
+    x, y = np.arange(8, dtype=np.float32), np.zeros(8, np.float32)
+    for _ in range(3):  # the staging buffers are held from here on
+        prog(x, y, groups=8)
+    assert len(prog._held) == 2
+    same_bytes = [
+        np.arange(4, dtype=np.float64),  # 32 bytes, 4 values
+        np.arange(8, dtype=np.int32),  # 32 bytes, 8 values
+        np.arange(8, dtype=np.uint32).astype(">u4"),
+        np.arange(32, dtype=np.uint8)[:8],  # 8 bytes: a new staging size
+    ]
+    for given in same_bytes:
+        y[:] = -1
+        prog(given, y, groups=len(given))
+        np.testing.assert_array_equal(y[: len(given)], np.asarray(given).astype(np.float32))
+    for out in (np.zeros(8, np.int32), np.zeros(8, np.uint32), np.zeros(4, np.float64)):
+        with pytest.raises(TypeError, match="buffer 1"):
+            prog(x, out, groups=8)
+        assert not out.any()
+
+
+@pytest.mark.parametrize(
+    "given",
+    [object(), (i for i in range(4)), {1: 2}, {1, 2}, None, b"\0\0\0\0", memoryview(b"1234")],
+    ids=["object", "generator", "dict", "set", "None", "bytes", "memoryview"],
+)
+def test_what_is_not_an_array_is_refused_naming_its_type(device, copies, given):
+    prog = copies["float"]
+    y = np.zeros(4, np.float32)
+    with pytest.raises(TypeError, match=rf"buffer 0 .*{type(given).__name__}"):
+        prog(given, y, groups=4)
+    with vkcore.sequence(device=device), pytest.raises(TypeError, match="buffer 0"):
+        prog(given, vkcore.Tensor.empty((4,), np.float32, device), groups=4)
+
+
+def test_a_recorded_buffer_argument_outside_a_sequence_is_named(device, copies):
+    buf = vkcore.asarray(np.ones(4, np.float32), device=device).buffer
+    with pytest.raises(TypeError, match="buffer 0 .*Buffer"):
+        copies["float"](buf, np.zeros(4, np.float32), groups=4)
+
+
+@pytest.mark.parametrize("scalar", [2.5, np.float64(2.5), np.float16(2.5), 2, np.int64(2)])
+def test_a_scalar_is_one_element(copies, scalar):
+    y = np.zeros(1, np.float32)
+    copies["float"](scalar, y, groups=1)
+    assert y[0] == np.float32(scalar)

@@ -103,7 +103,7 @@ class Argument:
                 raise TypeError(
                     f"{what} is written by the shader as {dtype or 'its bytes'}: the numpy "
                     f"array that takes the result must be {dtype or 'native byte order'}, "
-                    f"got {x.dtype}" + _view_hint(x, dtype)
+                    f"got {x.dtype}"
                 )
             if not x.flags.writeable or not x.flags.c_contiguous:
                 raise ValueError(
@@ -181,6 +181,11 @@ def readonly_array(x: Any, dtype: np.dtype | None, what: str) -> np.ndarray:
         arr = np.asarray(x)
     except (TypeError, ValueError, OverflowError) as exc:
         raise TypeError(f"{what} must be a numpy array or a vkcore.Tensor: {shown(exc)}") from None
+    if arr.dtype.hasobject and arr.ndim == 0:  # not an array at all (a Buffer, a generator)
+        raise TypeError(
+            f"{what} must be a numpy array, a sequence of numbers or a vkcore.Tensor, "
+            f"got {type(x).__name__}"
+        )
     try:
         converted = convert(arr, dtype, what)
     except TypeError as exc:

@@ -165,9 +165,12 @@ def _numbers(data: Any, name: str) -> np.ndarray:
     if isinstance(data, (str, bytes)) or data is None:
         raise TypeError(f"{name} must be array-like of numbers, got {type(data).__name__}")
     try:
-        return np.asarray(data)
+        arr = np.asarray(data)
     except (ValueError, OverflowError) as exc:  # ragged lists, unconvertible values
         raise TypeError(f"{name} must be array-like of numbers: {shown(exc)}") from None
+    if arr.dtype.hasobject and arr.ndim == 0:  # not an array at all (a Buffer, a generator)
+        raise TypeError(f"{name} must be array-like of numbers, got {type(data).__name__}")
+    return arr
 
 
 def convert(data: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
