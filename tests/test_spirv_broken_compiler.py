@@ -55,10 +55,13 @@ def real_compiler():
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
+    """A fresh SPIR-V cache, and the compiler looked up anew (once per process otherwise)."""
     monkeypatch.setenv("VKCORE_CACHE_DIR", str(tmp_path / "cache"))
     spirv.clear_memory_cache()
+    glslang.compiler_version.cache_clear()
     yield tmp_path / "cache"
     spirv.clear_memory_cache()
+    glslang.compiler_version.cache_clear()
 
 
 def test_a_user_program_cached_by_another_process_runs_with_a_broken_compiler(
@@ -99,6 +102,7 @@ def test_a_compiler_that_fails_its_version_counts_as_absent(
     bin_dir = tmp_path / "bin"
     _install(bin_dir, "glslangValidator", BROKEN[kind])
     monkeypatch.setenv("PATH", str(bin_dir))
+    glslang.compiler_version.cache_clear()  # as a new process would look it up
     assert glslang.compiler_version() == ""
     assert spirv.compile_source(text).origin == "cache"
     # Not cached: an error that says the compiler cannot run (and why), not a GLSL error.
@@ -113,6 +117,7 @@ def test_a_compiler_failing_without_a_glsl_error_says_so(tmp_path, cache, monkey
     bin_dir = tmp_path / "bin"
     _install(bin_dir, "glslangValidator", BROKEN["version-only"])
     monkeypatch.setenv("PATH", str(bin_dir))
+    glslang.compiler_version.cache_clear()  # as a new process would look it up
     assert glslang.compiler_version() == "Glslang Version: 11:12.0.0"
     with pytest.raises(RuntimeError, match="exited with status 2 .* without reporting") as info:
         spirv.compile_source(SOURCE % "5.0")
@@ -137,5 +142,6 @@ def test_a_broken_spirv_val_counts_as_absent(tmp_path, cache, monkeypatch, kind,
     )
     os.symlink(real_compiler, bin_dir / "glslangValidator")
     monkeypatch.setenv("PATH", str(bin_dir))
+    glslang.compiler_version.cache_clear()  # as a new process would look it up
     assert glslang.tool("spirv-val") is None
     assert spirv.compile_source(SOURCE % f"6.0 /* {kind} */").origin == "compiled"

@@ -82,9 +82,11 @@ def tool(name: str) -> str | None:
     return exe if exe is not None and _probe(exe)[0] else None
 
 
+@cache
 def compiler_version() -> str:
     """First line of ``glslangValidator --version``; empty when it is not installed or
-    cannot run (a broken install is treated as absent: cached SPIR-V is used)."""
+    cannot run (a broken install is treated as absent: cached SPIR-V is used). Looked up
+    once per process, as the cache keys that include it must stay the same."""
     exe = shutil.which("glslangValidator")
     if exe is None:
         return ""
