@@ -6,6 +6,44 @@ the argument and the expectation. Driver failures raise :class:`VulkanError`.
 
 from __future__ import annotations
 
+import reprlib
+from numbers import Integral, Real
+
+# Values echoed in messages are cut to a readable size (a bad argument can be huge).
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 3, 80, 80, 40
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxset = _SHORT.maxfrozenset = _SHORT.maxdeque = 8
+_SHORT.maxdict = _SHORT.maxarray = 8
+MAX_SHOWN = 200
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` for an error message, at most about :data:`MAX_SHOWN` characters
+    (containers, strings and numbers are cut with ``...``); numbers (numpy's too) as
+    ``str`` gives them, an int too long to print as its number of digits, an exception
+    as its text."""
+    if isinstance(value, Integral):
+        number = int(value)
+        if number.bit_length() > 600:  # (str() of an int over 4300 digits raises)
+            digits = int(number.bit_length() * 0.30103) + 1
+            return f"{'-' if number < 0 else ''}<an int of about {digits} digits>"
+        return str(value)
+    if isinstance(value, Real):
+        return str(value)
+    try:
+        text = str(value) if isinstance(value, BaseException) else _SHORT.repr(value)
+    except Exception:  # noqa: BLE001 - a repr that fails
+        text = f"<{type(value).__name__} that has no printable repr>"
+    return cut(text)
+
+
+def cut(text: str) -> str:
+    """``text`` cut to :data:`MAX_SHOWN` characters (the middle replaced by ``...``)."""
+    if len(text) <= MAX_SHOWN:
+        return text
+    half = (MAX_SHOWN - 3) // 2
+    return text[:half] + "..." + text[-half:]
+
 
 class VulkanError(RuntimeError):
     """A Vulkan call failed (or no Vulkan loader/driver/device could be used).

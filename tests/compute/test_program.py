@@ -170,8 +170,9 @@ def test_buffer_count_and_numpy_result_errors(device):
         prog(x, frozen, **push)
     with pytest.raises(TypeError, match="pass a numpy array"):
         prog(x, [0.0, 0.0, 0.0, 0.0], **push)
-    with pytest.raises(ValueError, match="not the block's 0 fixed bytes plus whole elements"):
-        prog(np.ones(3, np.uint8), np.zeros(4, np.float32), **push)
+    # float x[] holds float32: a result array of another dtype is refused, not reinterpreted
+    with pytest.raises(TypeError, match="must be float32, got uint8"):
+        prog(np.ones(4, np.float32), np.zeros(16, np.uint8), **push)
     with pytest.raises(ValueError, match="empty"):
         prog(np.ones(0, np.float32), np.zeros(4, np.float32), **push)
     # A readonly binding takes any array-like (uploaded as a contiguous copy).

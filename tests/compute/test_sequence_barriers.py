@@ -38,7 +38,7 @@ def test_chain_of_builtin_kernels_in_place_and_programs(device, rng, scale, copy
             scale(xt, a, groups=-(-x.size // 64), a=2.0, n=x.size)  # a = 2x (reads x)
             vkcore.softmax(a, out=a)  # in place: a = softmax(2x)
             vkcore.log_softmax(xt, out=xt)  # writes x, read by the topk and the scale
-            copy_words(a, b, groups=-(-x.size // 64), n=x.size)  # b = a
+            copy_words(a.buffer, b.buffer, groups=-(-x.size // 64), n=x.size)  # b = a, bits
             v1, i1 = vkcore.topk(xt, 9)  # reads the new x
             logits = vkcore.matvec(qt, ht, bias=bt)
             vkcore.softmax(logits, out=logits)
@@ -125,7 +125,7 @@ def test_the_same_tensor_twice_in_one_dispatch(device, rng, scale, copy_words):
     g = -(-n // 64)
     with vkcore.sequence(device=device):
         scale(t, t, groups=g, a=2.0, n=n)  # read and written by one dispatch
-        copy_words(t, t, groups=g, n=n)
+        copy_words(t.buffer, t.buffer, groups=g, n=n)  # float32 bits as uint words
         scale(t, u, groups=g, a=0.5, n=n)
         scale(u, u, groups=g, a=4.0, n=n)
         vkcore.softmax(u.reshape(50, 100), out=u.reshape(50, 100))

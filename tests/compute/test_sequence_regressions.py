@@ -81,30 +81,49 @@ def test_uint8_matvec_first_called_in_a_discarded_sequence(device):
         qt.release()
 
 
-# Was a defect: Program._as_tensors uploads readonly numpy arguments with vkcore.asarray,
-# which converts int64/float64 to float32 and byte-swaps big-endian data; outside a
-# sequence the array's own bytes are bound. The shader sees other words.
+# Was a defect: Program._as_tensors uploaded readonly numpy arguments with vkcore.asarray,
+# which converted int64/float64 to float32 and byte-swapped big-endian data, while outside
+# a sequence the array's own bytes were bound. Both paths now convert to the binding's
+# element type (uint for COPY_WORDS) by the same rule: the shader sees the same words.
 @pytest.mark.parametrize(
     "x",
     [
-        np.arange(64, dtype=np.int64),  # 128 words
-        np.linspace(-2, 2, 64),  # float64: 128 words
-        np.arange(128, dtype=np.float32).astype(">f4"),  # big-endian
+        np.arange(64, dtype=np.int64),
+        np.arange(64, dtype=np.uint8),
+        np.arange(128, dtype=np.uint32).astype(">u4"),  # big-endian
+        list(range(100)),
     ],
-    ids=["int64", "float64", "big-endian"],
+    ids=["int64", "uint8", "big-endian", "list"],
 )
-def test_a_readonly_numpy_argument_binds_the_same_bytes_inside_a_sequence(device, copy_words, x):
-    """A readonly numpy argument is "uploaded for the call" outside a sequence (its
-    bytes) and "uploaded as a Tensor when recorded" inside one: the shader must see the
-    same words either way."""
-    words = x.nbytes // 4
+def test_a_readonly_numpy_argument_binds_the_same_words_inside_a_sequence(device, copy_words, x):
+    """A readonly numpy argument is "uploaded for the call" outside a sequence and
+    "uploaded as a Tensor when recorded" inside one: the shader must see the same words
+    either way, the values of ``x`` as uint32."""
+    words = len(x)
     outside = np.zeros(words, np.uint32)
     copy_words(x, outside, groups=groups_for(words), n=words)
+    np.testing.assert_array_equal(outside, np.asarray(x).astype(np.uint32))
     yt = vkcore.Tensor.empty((words,), np.uint32, device)
     yt.write(np.zeros(words, np.uint32))
     with vkcore.sequence(device=device):
         copy_words(x, yt, groups=groups_for(words), n=words)
     np.testing.assert_array_equal(yt.numpy(), outside)
+
+
+@pytest.mark.parametrize(
+    "x", [np.linspace(-2, 2, 64), np.arange(64, dtype=np.float32), np.array([-1, 0, 1])]
+)
+def test_a_readonly_argument_that_does_not_convert_is_refused_inside_a_sequence_too(
+    device, copy_words, x
+):
+    """Floats for a uint binding (TypeError) and a negative integer (ValueError): the
+    same refusal outside and inside a sequence, naming the argument."""
+    y = np.zeros(x.size, np.uint32)
+    with pytest.raises((TypeError, ValueError), match="buffer 0") as outside:
+        copy_words(x, y, groups=1, n=x.size)
+    yt = vkcore.Tensor.empty((x.size,), np.uint32, device)
+    with vkcore.sequence(device=device), pytest.raises(type(outside.value), match="buffer 0"):
+        copy_words(x, yt, groups=1, n=x.size)
 
 
 @pytest.fixture

@@ -21,6 +21,17 @@ Binding rules (descriptor set 0; a GLSL error is a :class:`vkcore.ShaderCompileE
   the dispatch, so it must be a writable C-contiguous ``numpy.ndarray``; ``readonly``
   bindings are only uploaded. Each buffer's byte size must cover the block's fixed part
   and, with a runtime array, add whole elements of its stride.
+* element types: a block made of one scalar type (``float x[]``, ``uvec4 s[]``,
+  ``int8_t q[]``; ``Binding.element``) or a texel binding (its view format's) holds that
+  dtype. An array-like for a ``readonly`` binding is converted to it as
+  :func:`vkcore.asarray` converts (:func:`vkcore.tensor.convert`: a Python list or a
+  float64 array becomes float32 for ``float x[]``, rounded; integers must fit an integer
+  type exactly, else a ValueError; floats for an integer type are a TypeError). A numpy
+  array that takes a result, and a Tensor, must have that dtype already: a TypeError
+  naming the argument otherwise (a result is not converted back, a Tensor is never
+  reinterpreted; to pass the bits of a float32 array to ``uint x[]``, ``x.view(np.uint32)``).
+  A block that mixes scalar types (``uint n; float x[];``) takes the bytes of a numpy
+  array in native byte order (any dtype, structured ones too) or of a Tensor.
 * storage blocks (``buffer``) and uniform blocks (``uniform``, at most 16 KiB: Vulkan's
   guaranteed maxUniformBufferRange) are bound whole; ``textureBuffer`` bindings (uniform
   texel buffers) need their view format at construction (``texel={binding: "r32f"}``);
@@ -51,6 +62,7 @@ from vkcore.device.memory.buffer import Buffer
 from vkcore.device.memory.pools import buffer_pool
 from vkcore.device.pipelines.pipeline import Pipeline
 from vkcore.device.submit.commands import Dispatch
+from vkcore.errors import shown
 from vkcore.spirv import interface_file, reflect
 
 _DESCRIPTOR_TYPES = {
@@ -137,7 +149,9 @@ class Program:
         self._push_block = PushBlock(self.push, interface.push_size, name)
         self._max_groups = tuple(int(g) for g in self.device.info.max_compute_work_group_count)
         self.max_binding = int(self.device.info.max_storage_buffer_range)
-        self.rules = program_args.BindingRules(self.device, self.texel, self.max_binding)
+        dtypes = program_args.elements(self.bindings, self.texel)
+        self.rules = program_args.BindingRules(self.device, self.texel, self.max_binding, dtypes)
+        self._dtypes = [dtypes[b.binding] for b in self.bindings]  # for the fast paths
         # size_problem's rule as bounds: for recorded buffers, and for a call's arrays
         self._sizes = [program_args.size_bounds(self.rules, b, False) for b in self.bindings]
         self._call_sizes = [program_args.size_bounds(self.rules, b) for b in self.bindings]
@@ -231,9 +245,13 @@ class Program:
                     f"buffer {i} (binding {b.binding}) is written by the shader: inside a "
                     "sequence pass a vkcore.Tensor and read it after the with block"
                 )
-            else:  # the array's own bytes, as a call binds them
-                raw = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
-                out.append(asarray(raw, device=self.device))
+            else:  # converted and checked as a call does it, then uploaded as its bytes
+                what = program_args.describe(b, i)
+                arr = program_args.readonly_array(x, self.rules.dtypes[b.binding], what)
+                program_args.check_size(self.rules, b, arr.nbytes, what)
+                raw = asarray(arr.reshape(-1).view(np.uint8), device=self.device)
+                assert raw.buffer is not None  # (not empty: checked)
+                out.append(raw.buffer)
         return out + list(buffers[len(out) :])
 
     def _held_for(self, arrays: tuple[Any, ...]) -> tuple[Buffer, ...] | None:
@@ -244,15 +262,17 @@ class Program:
         if len(held) != len(arrays):
             return None
         out = []
-        for i, (x, b, (lo, hi, base, step)) in enumerate(
-            zip(arrays, self.bindings, self._call_sizes, strict=True)
+        for i, (x, b, dtype, (lo, hi, base, step)) in enumerate(
+            zip(arrays, self.bindings, self._dtypes, self._call_sizes, strict=True)
         ):
             buf = held.get(i)
             if type(x) is not np.ndarray or buf is None or buf.handle is None:
                 return None
             n = x.nbytes
             flags = x.flags
-            if n != buf.nbytes or not flags.c_contiguous or x.dtype.hasobject:
+            if n != buf.nbytes or not flags.c_contiguous:
+                return None
+            if not (x.dtype == dtype if dtype is not None else program_args.bytes_of(x, None)):
                 return None
             if not (lo <= n <= hi and (n - base) % step == 0):
                 return None
@@ -316,11 +336,14 @@ class Program:
             )
         bound: list[Buffer] = []
         dev = self.device
-        for i, (x, (lo, hi, _, _)) in enumerate(zip(buffers, self._sizes, strict=True)):
+        for i, (x, dtype, (lo, hi, _, _)) in enumerate(
+            zip(buffers, self._dtypes, self._sizes, strict=True)
+        ):
             buf = x.buffer if isinstance(x, Tensor) else x
             # The common case in a few comparisons: the same rule as size_problem.
             if (
                 isinstance(buf, Buffer)
+                and (dtype is None or buf is x or x.dtype == dtype)  # type: ignore[union-attr]
                 and buf.device is dev
                 and lo <= buf.nbytes <= hi
                 and buf.handle is not None
@@ -331,6 +354,9 @@ class Program:
         return Dispatch(self.pipeline, tuple(bound), push_bytes, grid)
 
     def _device_buffer(self, b: reflect.Binding, x: Any, index: int) -> Buffer:
+        what = program_args.describe(b, index)
+        if isinstance(x, Tensor):  # bound as it is: only one of the elements' dtype
+            program_args.check_tensor_dtype(x, self.rules.dtypes[b.binding], what)
         buf = x.buffer if isinstance(x, Tensor) else x
         if (
             isinstance(buf, Buffer)
@@ -339,7 +365,6 @@ class Program:
             and program_args.size_problem(self.rules, b, buf.nbytes, whole_elements=False) is None
         ):
             return buf
-        what = f"buffer {index} (binding {b.binding}{' ' + b.name if b.name else ''})"
         if not isinstance(buf, Buffer):
             raise TypeError(f"{what} must be a vkcore Buffer or Tensor, got {type(x).__name__}")
         check_on_device(buf.device, self.device, what, "the program's")
@@ -360,7 +385,7 @@ class Program:
         if not 1 <= len(dims) <= 3 or any(
             isinstance(g, bool) or not isinstance(g, (int, np.integer)) for g in dims
         ):
-            raise TypeError(f"groups must be an int or 1 to 3 ints, got {groups!r}")
+            raise TypeError(f"groups must be an int or 1 to 3 ints, got {shown(groups)}")
         dims += [1] * (3 - len(dims))
         limits = self.device.info.max_compute_work_group_count
         for dim, (g, limit) in enumerate(zip(dims, limits, strict=True)):

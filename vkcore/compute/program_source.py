@@ -15,6 +15,7 @@ from vkcore import spirv
 from vkcore.compute.program_args import TEXEL_BYTES, UNIFORM_BLOCK_LIMIT
 from vkcore.compute.push_block import spec_value
 from vkcore.device.device import Device
+from vkcore.errors import cut, shown
 from vkcore.spirv import entries, reflect
 
 
@@ -43,10 +44,14 @@ def spirv_of(
         return spirv.Spirv(bytes(blob), "given", 0.0, key)
     if path is not None:
         file = Path(path)
-        if not file.is_file():
-            raise FileNotFoundError(f"path: no shader file {file}")
+        try:
+            text = file.read_text() if file.is_file() else None
+        except OSError as exc:  # a name too long, unreadable: the error, the name cut short
+            raise OSError(exc.errno, f"path: {exc.strerror}", cut(str(file))) from None
+        if text is None:
+            raise FileNotFoundError(f"path: no shader file {shown(str(file))}")
         return spirv.compile_source(
-            file.read_text(),
+            text,
             name=str(file),
             include_dirs=[file.parent, *include_dirs],
             defines=defines,
@@ -63,7 +68,7 @@ def workgroup_dims(workgroup: int | Sequence[int] | None) -> list[int | None]:
     if not 1 <= len(dims) <= 3 or any(
         isinstance(d, bool) or not isinstance(d, (int, np.integer)) for d in dims
     ):
-        raise TypeError(f"workgroup must be an int or 1 to 3 ints, got {workgroup!r}")
+        raise TypeError(f"workgroup must be an int or 1 to 3 ints, got {shown(workgroup)}")
     return [int(d) for d in dims] + [None] * (3 - len(dims))
 
 
@@ -74,7 +79,7 @@ def ints(value: Any, name: str) -> list[Any]:
     try:
         return list(value)
     except TypeError:
-        raise TypeError(f"{name} must be an int or 1 to 3 ints, got {value!r}") from None
+        raise TypeError(f"{name} must be an int or 1 to 3 ints, got {shown(value)}") from None
 
 
 def texel_formats(
@@ -93,7 +98,7 @@ def texel_formats(
             )
         if fmt not in device.info.texel_formats:
             raise ValueError(
-                f"texel: format {fmt!r} for binding {number} is not readable as a uniform "
+                f"texel: format {shown(fmt)} for binding {number} is not readable as a uniform "
                 f"texel buffer on this device (it offers {sorted(device.info.texel_formats)})"
             )
     return formats
@@ -133,14 +138,15 @@ def spec_values(
     values: dict[int, Any] = {}
     for key, value in (given or {}).items():
         if isinstance(key, bool) or not isinstance(key, (str, int, np.integer)):
-            raise TypeError(f"spec keys are names (str) or SpecIds (int), got {key!r}")
+            raise TypeError(f"spec keys are names (str) or SpecIds (int), got {shown(key)}")
         const = by_name.get(key) if isinstance(key, str) else by_id.get(int(key))
         if const is not None and const.id in values:
-            raise ValueError(f"spec: {key!r} sets SpecId {const.id} a second time")
+            raise ValueError(f"spec: {shown(key)} sets SpecId {const.id} a second time")
         if const is None:
             known = sorted(by_name) or "none"
             raise ValueError(
-                f"spec: the shader has no specialization constant {key!r} (named ones: {known})"
+                f"spec: the shader has no specialization constant {shown(key)} "
+                f"(named ones: {known})"
             )
         values[const.id] = spec_value(const, value)
     for dim, size in enumerate(workgroup_dims(workgroup)):

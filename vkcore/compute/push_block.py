@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from vkcore.errors import shown
 from vkcore.spirv import reflect
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -45,7 +46,7 @@ class PushBlock:
         unknown = sorted(set(values) - set(members))
         if unknown:
             raise TypeError(
-                f"{self.name} has no push constant {unknown[0]!r} "
+                f"{self.name} has no push constant {shown(unknown[0])} "
                 f"(it has {sorted(members) or 'none'})"
             )
         missing = sorted(set(members) - set(values))
@@ -80,7 +81,9 @@ def _pack_member(m: reflect.PushMember, value: Any) -> bytes:
         else None
     )
     if items is None or len(items) != m.count:
-        raise TypeError(f"push constant {m.name!r} takes {m.count} {m.kind} values, got {value!r}")
+        raise TypeError(
+            f"push constant {m.name!r} takes {m.count} {m.kind} values, got {shown(value)}"
+        )
     return b"".join(struct.pack(_PACK[m.kind], member_value(m, v)) for v in items)
 
 
@@ -112,13 +115,14 @@ def member_value(m: reflect.PushMember, v: Any, what: str = "") -> int | float:
         too_big = abs(int(v)) > _FLOAT32_MAX if isinstance(v, (int, np.integer)) else False
         f = math.inf if too_big else float(v)
         if too_big or (math.isfinite(f) and abs(f) > _FLOAT32_MAX):
-            raise ValueError(f"{what} (float32) must be within +-{_FLOAT32_MAX:.8g}, got {v}")
+            limit = f"{_FLOAT32_MAX:.8g}"
+            raise ValueError(f"{what} (float32) must be within +-{limit}, got {shown(v)}")
         return f
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{what} is an {m.kind}, got {type(v).__name__} {v!r}")
+        raise TypeError(f"{what} is an {m.kind}, got {type(v).__name__} {shown(v)}")
     lo, hi = _INT_RANGE[m.kind]
     if not lo <= int(v) <= hi:
-        raise ValueError(f"{what} ({m.kind}) must be in {lo}..{hi}, got {v}")
+        raise ValueError(f"{what} ({m.kind}) must be in {lo}..{hi}, got {shown(v)}")
     return int(v)
 
 

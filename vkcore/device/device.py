@@ -32,6 +32,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from vkcore.base import config
 from vkcore.device.context import DeviceContext, LiveBuffer, ctrl_c_deferred
 from vkcore.device.info import DeviceInfo, query_info
@@ -42,6 +44,7 @@ from vkcore.device.pipelines.pipeline import Pipeline
 from vkcore.device.submit.commands import Dispatch
 from vkcore.device.submit.submitter import Submitter
 from vkcore.device.submit.transfers import Transfers
+from vkcore.errors import shown
 from vkcore.spirv.shaders import Spirv
 
 log = logging.getLogger("vkcore")
@@ -69,6 +72,8 @@ class Device(DeviceContext):
     Khronos validation layer (default: ``$VKCORE_VALIDATION``); its errors are raised as
     :class:`vkcore.ValidationError` at the next vkcore call. ``pipeline_cache`` set to
     False disables the persisted pipeline cache for this device (``$VKCORE_PIPELINE_CACHE``).
+    Both flags take True, False or None (the default); anything else (``"no"``, ``0``) is
+    a TypeError.
 
     A Device is a context manager; ``close()`` releases everything it owns. Calls from
     several threads are serialized on the queue.
@@ -89,6 +94,12 @@ class Device(DeviceContext):
         cache_dir: str | None = None,
     ) -> None:
         selector = check_selector(selector)
+        validation = check_flag(validation, "validation")
+        pipeline_cache = check_flag(pipeline_cache, "pipeline_cache")
+        if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
+            raise TypeError(
+                f"cache_dir must be a folder path or None, got {type(cache_dir).__name__}"
+            )
         if len(_open_devices) >= _COLLECT_WHEN_OPEN:
             gc.collect()  # frees dropped devices, with their driver memory, before a new one
         self._pipelines: dict[tuple[Any, ...], Pipeline] = {}
@@ -326,12 +337,24 @@ def check_selector(selector: object) -> str | int | None:
     if isinstance(selector, bool) or not hasattr(selector, "__index__"):
         raise TypeError(
             "selector must be a device index (int) or a name substring (str), "
-            f"got {type(selector).__name__} {selector!r}"
+            f"got {type(selector).__name__} {shown(selector)}"
         )
     index = operator.index(selector)
     if index < 0:
-        raise ValueError(f"selector: device index must be 0 or more, got {index}")
+        raise ValueError(f"selector: device index must be 0 or more, got {shown(index)}")
     return index
+
+
+def check_flag(value: object, name: str) -> bool | None:
+    """``value`` as a bool, or None (the default): True, False or a numpy bool. Anything
+    else is a TypeError naming ``name`` (``validation="no"`` would be true)."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, np.bool_):
+        return bool(value)
+    raise TypeError(
+        f"{name} must be True, False or None, got {type(value).__name__} {shown(value)}"
+    )
 
 
 def resolve(device: Device | None) -> Device:

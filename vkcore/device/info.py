@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from vkcore import _vk
 from vkcore._vk import constants as vk
 from vkcore.device.instance import NO_DRIVER_HINT
-from vkcore.errors import VulkanError
+from vkcore.errors import VulkanError, shown
 
 if TYPE_CHECKING:
     from vkcore.device.instance import Instance
@@ -328,6 +328,6 @@ def choose(infos: list[DeviceInfo], selector: str | int | None) -> DeviceInfo:
     matches = [i for i in infos if text.lower() in i.name.lower()]
     if not matches:
         raise ValueError(
-            f"VKCORE_DEVICE/device {text!r} matches no device name; devices are: {listing}"
+            f"VKCORE_DEVICE/device {shown(text)} matches no device name; devices are: {listing}"
         )
     return matches[0]

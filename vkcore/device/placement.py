@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from vkcore._vk import constants as vk
+from vkcore.errors import shown
 
 DEVICE_LOCAL = vk.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT
 HOST_VISIBLE = vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT
@@ -161,7 +162,7 @@ def place(
     Raises ValueError when no type fits the purpose at all.
     """
     if purpose not in PURPOSES:
-        raise ValueError(f"purpose must be one of {PURPOSES}, got {purpose!r}")
+        raise ValueError(f"purpose must be one of {PURPOSES}, got {shown(purpose)}")
     usable = [t for t in types if type_bits >> t.index & 1 and _ordinary(t)]
     by_heap = sorted(usable, key=lambda t: -heaps[t.heap_index].size)  # stable: index order
     order = {

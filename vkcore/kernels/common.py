@@ -106,8 +106,11 @@ def row_input(x: Any, name: str, device: Device | None) -> np.ndarray | Tensor:
 
 
 def as_float32(arr: np.ndarray) -> np.ndarray:
-    """C-contiguous float32 (a copy only when needed; the input is never written)."""
-    return np.ascontiguousarray(arr, dtype=np.float32)
+    """C-contiguous float32 (a copy only when needed; the input is never written). Values
+    beyond float32's range become infinities, silently: the documented conversion (numpy
+    would print an overflow warning)."""
+    with np.errstate(over="ignore"):
+        return np.ascontiguousarray(arr, dtype=np.float32)
 
 
 def result_array(device: Device, shape: tuple[int, ...]) -> np.ndarray:

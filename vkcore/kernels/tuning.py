@@ -36,6 +36,7 @@ from vkcore.base import cachefs
 from vkcore.base.per_device import PerDeviceMap
 from vkcore.device.device import Device
 from vkcore.device.pipelines.cache_file import CacheKey, pipeline_dir
+from vkcore.errors import shown
 
 log = logging.getLogger("vkcore")
 
@@ -151,7 +152,7 @@ def _short(value: Any) -> str:
 def choice(device: Device, name: str) -> Any:
     """A tuned parameter for ``device`` or None (read once per device, then memoized)."""
     if name not in PARAMETERS:
-        raise ValueError(f"name must be one of {PARAMETERS}, got {name!r}")
+        raise ValueError(f"name must be one of {PARAMETERS}, got {shown(name)}")
     with _lock:
         found = _choices.get(device)
         if found is None:

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from vkcore.spirv import reflect
+from vkcore.spirv.reflect_element import ELEMENTS
 
 log = logging.getLogger("vkcore")
 FILE_NAME = "interfaces.json"
-FORMAT = 2  # 2: bindings say whether the code uses them
+FORMAT = 3  # 2: bindings say whether the code uses them; 3: and their element type
 _KINDS = frozenset(
     {
         reflect.STORAGE_BUFFER,
@@ -51,6 +52,7 @@ def to_json(iface: reflect.Interface) -> dict[str, Any]:
                 b.fixed_bytes,
                 b.stride,
                 b.used,
+                b.element,
             ]
             for b in iface.bindings
         ],
@@ -117,9 +119,11 @@ def from_json(entry: Any) -> reflect.Interface:
 
 
 def _binding(raw: Any) -> reflect.Binding:
-    set_, binding, kind, name, readonly, writeonly, fixed, stride, used = _list(raw, 9)
+    set_, binding, kind, name, readonly, writeonly, fixed, stride, used, element = _list(raw, 10)
     if kind not in _KINDS:
         raise ValueError(f"unknown binding kind {kind!r}")
+    if element != "" and element not in ELEMENTS:
+        raise ValueError(f"unknown element type {element!r}")
     return reflect.Binding(
         _uint(set_),
         _uint(binding),
@@ -130,6 +134,7 @@ def _binding(raw: Any) -> reflect.Binding:
         _uint(fixed),
         _uint(stride),
         _bool(used),
+        _str(element),
     )
 
 

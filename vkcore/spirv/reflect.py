@@ -15,26 +15,24 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from vkcore.spirv.reflect_element import element_of
+
 # Opcodes
-_OP_NAME, _OP_MEMBER_NAME, _OP_ENTRY_POINT, _OP_EXECUTION_MODE = 5, 6, 15, 16
+_OP_NAME, _OP_MEMBER_NAME, _OP_ENTRY_POINT, _OP_EXECUTION_MODE, _OP_FUNCTION = 5, 6, 15, 16, 54
 _OP_TYPE_BOOL, _OP_TYPE_INT, _OP_TYPE_FLOAT, _OP_TYPE_VECTOR = 20, 21, 22, 23
-_OP_TYPE_MATRIX, _OP_TYPE_IMAGE, _OP_TYPE_SAMPLED_IMAGE = 24, 25, 27
+_OP_TYPE_MATRIX, _OP_TYPE_IMAGE, _OP_TYPE_SAMPLED_IMAGE, _OP_EXECUTION_MODE_ID = 24, 25, 27, 331
 _OP_TYPE_ARRAY, _OP_TYPE_RUNTIME_ARRAY, _OP_TYPE_STRUCT, _OP_TYPE_POINTER = 28, 29, 30, 32
 _OP_CONSTANT, _OP_SPEC_TRUE, _OP_SPEC_FALSE, _OP_SPEC, _OP_SPEC_COMPOSITE = 43, 48, 49, 50, 51
 _OP_CONSTANT_COMPOSITE, _OP_VARIABLE, _OP_DECORATE, _OP_MEMBER_DECORATE = 44, 59, 71, 72
-_OP_EXECUTION_MODE_ID, _OP_FUNCTION = 331, 54
 _TYPE_OPS = frozenset(range(_OP_TYPE_BOOL, _OP_TYPE_POINTER + 1))  # OpTypeBool .. Pointer
-_CONSTANT_OPS = frozenset(
-    (_OP_CONSTANT, _OP_CONSTANT_COMPOSITE, _OP_SPEC_TRUE, _OP_SPEC_FALSE, _OP_SPEC)
-) | {_OP_SPEC_COMPOSITE}
+_CONSTANT_OPS = frozenset((_OP_CONSTANT, _OP_CONSTANT_COMPOSITE, _OP_SPEC_TRUE, _OP_SPEC_FALSE))
+_CONSTANT_OPS |= {_OP_SPEC, _OP_SPEC_COMPOSITE}
 # Decorations
 _SPEC_ID, _BLOCK, _BUFFER_BLOCK, _ARRAY_STRIDE, _BUILTIN = 1, 2, 3, 6, 11
 _NON_WRITABLE, _NON_READABLE, _BINDING, _DESCRIPTOR_SET, _OFFSET = 24, 25, 33, 34, 35
-_WORKGROUP_SIZE = 25  # BuiltIn WorkgroupSize
-_LOCAL_SIZE, _LOCAL_SIZE_ID = 17, 38  # execution modes
-# Storage classes
-_UNIFORM_CONSTANT, _UNIFORM, _PUSH_CONSTANT, _STORAGE_BUFFER = 0, 2, 9, 12
-_DIM_BUFFER = 5
+_WORKGROUP_SIZE, _LOCAL_SIZE, _LOCAL_SIZE_ID = 25, 17, 38  # a BuiltIn; execution modes
+# Storage classes; the Dim of a texel buffer
+_UNIFORM_CONSTANT, _UNIFORM, _PUSH_CONSTANT, _STORAGE_BUFFER, _DIM_BUFFER = 0, 2, 9, 12, 5
 
 STORAGE_BUFFER = "storage_buffer"
 UNIFORM_BUFFER = "uniform_buffer"
@@ -50,7 +48,8 @@ class ReflectionError(ValueError):
 class Binding:
     """One descriptor binding. ``fixed_bytes`` is the block's size up to its runtime
     array (the whole block without one) and ``stride`` the runtime array's element
-    stride (0 without one); texel buffers have neither."""
+    stride (0 without one); texel buffers have neither. ``element``: the block's one scalar
+    type as a numpy dtype name, "" if it mixes them (:mod:`vkcore.spirv.reflect_element`)."""
 
     set: int
     binding: int
@@ -61,6 +60,7 @@ class Binding:
     fixed_bytes: int = 0
     stride: int = 0
     used: bool = True  # named by some instruction in a function: statically used
+    element: str = ""
 
     @property
     def writable(self) -> bool:
@@ -284,9 +284,9 @@ def _binding(mod: _Module, var_id: int, storage: int, target: int, binding: int)
         readonly, writeonly = _block_access(mod, var_id, target, len(args))
         readonly = readonly or kind == UNIFORM_BUFFER  # a shader cannot write one
         fixed, stride = _block_extent(mod, target, args)
-        name = mod.names.get(var_id) or mod.names.get(target, "")
-        used = var_id in mod.used
-        return Binding(dset, binding, kind, name, readonly, writeonly, fixed, stride, used)
+        name, used = mod.names.get(var_id) or mod.names.get(target, ""), var_id in mod.used
+        element = element_of(mod.types, target)
+        return Binding(dset, binding, kind, name, readonly, writeonly, fixed, stride, used, element)
     if op == _OP_TYPE_SAMPLED_IMAGE:
         op, args = mod.types[args[0]]
     if op == _OP_TYPE_IMAGE and args[1] == _DIM_BUFFER:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vkcore.base import cachefs, config
-from vkcore.errors import ShaderCompileError
+from vkcore.errors import ShaderCompileError, cut, shown
 from vkcore.spirv import entries, glslang
 
 log = logging.getLogger("vkcore")
@@ -81,7 +81,9 @@ def _source_text(name: str, root: Path, seen: set[str] | None = None) -> str:
     try:
         text = path.read_text()
     except FileNotFoundError:
-        raise FileNotFoundError(f"shader source {path} not found") from None
+        raise FileNotFoundError(f"shader source {shown(str(path))} not found") from None
+    except OSError as exc:  # a name too long, ...: the same error, the name cut short
+        raise OSError(exc.errno, exc.strerror, cut(str(path))) from None
     parts = [f"--- {name}\n", text]
     for inc in glslang.INCLUDE.findall(text):
         parts.append(_source_text(inc, root, seen))
@@ -272,7 +274,7 @@ def register_variants(name: str, defines: Iterable[Mapping[str, int | str]]) -> 
     variant, so a variant that is requested but not declared needs a compiler at run time.
     """
     if not isinstance(name, str) or not name.endswith(".comp"):
-        raise ValueError(f"name must be a shader file name ending in .comp, got {name!r}")
+        raise ValueError(f"name must be a shader file name ending in .comp, got {shown(name)}")
     for d in defines:
         if not isinstance(d, Mapping):
             raise TypeError(

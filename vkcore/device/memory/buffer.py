@@ -28,7 +28,7 @@ from vkcore.device.context import DeviceContext, check_allocation
 from vkcore.device.info import TEXEL_FORMATS
 from vkcore.device.memory import mapping
 from vkcore.device.memory.holds import Held
-from vkcore.errors import VulkanError
+from vkcore.errors import VulkanError, shown
 
 # Results after which the next memory type of a placement is tried: out of host or device
 # memory, or a mapping that failed (out of address space).
@@ -105,7 +105,7 @@ class Buffer(Held):
 
     def __init__(self, device: DeviceContext, nbytes: int, *, purpose: str = "resident") -> None:
         if purpose not in placement.PURPOSES:
-            raise ValueError(f"purpose must be one of {placement.PURPOSES}, got {purpose!r}")
+            raise ValueError(f"purpose must be one of {placement.PURPOSES}, got {shown(purpose)}")
         if nbytes <= 0:
             raise ValueError(f"buffer size must be positive, got {nbytes}")
         check_allocation(device, nbytes, "buffer")

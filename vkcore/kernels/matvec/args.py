@@ -10,6 +10,7 @@ import numpy as np
 from vkcore.compute.tensor import Tensor, check_on_device, device_for
 from vkcore.device.device import Device
 from vkcore.device.memory.buffer import Buffer
+from vkcore.errors import shown
 from vkcore.kernels import common as c
 from vkcore.kernels import storage
 from vkcore.kernels.matvec import groups as mg
@@ -39,7 +40,7 @@ def check_call(qt: Any, activations: Any, device: Device | None) -> None:
             hint = "; quantize the weights first with vkcore.quantize"
         raise TypeError(f"qt must be a vkcore.QuantizedTensor, got {type(qt).__name__}{hint}")
     if activations not in ACTIVATIONS:
-        raise ValueError(f"activations must be one of {ACTIVATIONS}, got {activations!r}")
+        raise ValueError(f"activations must be one of {ACTIVATIONS}, got {shown(activations)}")
     device_for(qt.device, device, "QuantizedTensor")
     if activations != "float":
         limit = max_exact_n(qt.bits, qt.symmetric, activations)

@@ -39,7 +39,8 @@ class F32Matrix(ScratchOwner):
         padded = np.zeros((min(m, per_buffer), self.row_floats), dtype=np.float32)
         try:
             for row0, rows in row_slices(m, per_buffer):
-                padded[:rows, :n] = arr[row0 : row0 + rows]
+                with np.errstate(over="ignore"):  # float64 beyond float32: infinities
+                    padded[:rows, :n] = arr[row0 : row0 + rows]
                 buf = Buffer(dev, rows * self.row_floats * 4)
                 self.chunks.append(Chunk(row0, rows, buf))
                 buf.write(padded[:rows])

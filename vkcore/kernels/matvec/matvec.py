@@ -39,6 +39,7 @@ import numpy as np
 
 from vkcore.compute.tensor import Tensor
 from vkcore.device.device import Device
+from vkcore.errors import shown
 from vkcore.kernels import common as c
 from vkcore.kernels.matvec import batch as batch
 from vkcore.kernels.matvec import groups as mg
@@ -92,7 +93,7 @@ def integer_accumulators(qt: QuantizedTensor, x: Any, activations: str = "int8")
     For checks and tests: they equal :func:`vkcore.reference.matvec_accumulators`.
     """
     if activations not in ("int8", "uint8"):
-        raise ValueError(f"activations must be 'int8' or 'uint8', got {activations!r}")
+        raise ValueError(f"activations must be 'int8' or 'uint8', got {shown(activations)}")
     check_call(qt, activations, None)
     y = run(qt, x, None, MODES[activations], out_acc=True)
     arr = (y.numpy() if isinstance(y, Tensor) else y).view(np.int32)

@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from vkcore.errors import shown
+
 BLOCK = 16  # bytes per stored block of a row
 
 
@@ -44,7 +46,7 @@ def check_bits(bits: Any) -> int:
     if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)):
         raise TypeError(f"bits must be an int from 2 to 8, got {type(bits).__name__}")
     if not 2 <= bits <= 8:
-        raise ValueError(f"bits must be from 2 to 8, got {bits}")
+        raise ValueError(f"bits must be from 2 to 8, got {shown(bits)}")
     return int(bits)
 
 
@@ -62,10 +64,10 @@ def check_group_size(group_size: Any) -> int | None:
             f"group_size must be a positive int or None, got {type(group_size).__name__}"
         )
     if group_size < 1:
-        raise ValueError(f"group_size must be a positive int or None, got {group_size}")
+        raise ValueError(f"group_size must be a positive int or None, got {shown(group_size)}")
     if group_size > GROUP_SIZE_MAX:
         raise ValueError(
-            f"group_size must be at most 2^31 - 1 = {GROUP_SIZE_MAX}, got {group_size} "
+            f"group_size must be at most 2^31 - 1 = {GROUP_SIZE_MAX}, got {shown(group_size)} "
             "(any group_size of n or more is one group per row: give n)"
         )
     return int(group_size)

@@ -74,10 +74,13 @@ def ratio(err: np.ndarray, bound: np.ndarray) -> np.ndarray:
 
 def quant_error(w: Any, qt: QuantizedTensor, x: Any = None) -> QuantError:
     """Measure ``qt`` (quantized from ``w``) against the RTN error bounds, per group
-    (per row without group_size); module docstring for the bounds."""
+    (per row without group_size); module docstring for the bounds. ``w`` and ``x`` are
+    taken as float32 (float64 beyond its range: infinities, whose statistics are then
+    infinite or NaN, without numpy warnings)."""
     if not isinstance(qt, QuantizedTensor):
         raise TypeError(f"qt must be a vkcore.QuantizedTensor, got {type(qt).__name__}")
-    w64 = np.asarray(w, dtype=np.float32).astype(np.float64)
+    with np.errstate(over="ignore"):  # float64 beyond float32: inf, as quantize converts it
+        w64 = np.asarray(w, dtype=np.float32).astype(np.float64)
     if w64.shape != qt.shape:
         raise ValueError(f"w must have the quantized shape {qt.shape}, got {w64.shape}")
     m, n = qt.shape
@@ -87,7 +90,8 @@ def quant_error(w: Any, qt: QuantizedTensor, x: Any = None) -> QuantError:
     signed = np.broadcast_to(qt.scale.astype(np.float64).reshape(-1, g), (m, g))
     z = np.broadcast_to(qt.zero_point.astype(np.float64).reshape(-1, g), (m, g))
     codes = qt.q.astype(np.float64) - np.repeat(z, counts, axis=1)
-    err = np.repeat(signed, counts, axis=1) * codes - w64
+    with np.errstate(over="ignore", invalid="ignore"):
+        err = np.repeat(signed, counts, axis=1) * codes - w64
     s = np.abs(signed)  # the bounds' step size
 
     def per(a: np.ndarray) -> np.ndarray:  # (m, G) with groups, else (m,) per row
@@ -102,12 +106,14 @@ def quant_error(w: Any, qt: QuantizedTensor, x: Any = None) -> QuantError:
         group_size=qt.group_size,
     )
     if x is not None:
-        xv = np.asarray(x, dtype=np.float32).astype(np.float64)
+        with np.errstate(over="ignore"):
+            xv = np.asarray(x, dtype=np.float32).astype(np.float64)
         if xv.shape != (n,):
             raise ValueError(f"x must have shape ({n},), got {xv.shape}")
-        result.out_err = np.abs(err @ xv)
-        result.bound_out = (s / 2 * np.add.reduceat(np.abs(xv), starts)).sum(axis=1)
-        result.typical_out = np.sqrt((s**2 / 12 * np.add.reduceat(xv**2, starts)).sum(axis=1))
+        with np.errstate(over="ignore", invalid="ignore"):  # infinite x: non-finite results
+            result.out_err = np.abs(err @ xv)
+            result.bound_out = (s / 2 * np.add.reduceat(np.abs(xv), starts)).sum(axis=1)
+            result.typical_out = np.sqrt((s**2 / 12 * np.add.reduceat(xv**2, starts)).sum(axis=1))
     return result
 
 

@@ -33,6 +33,7 @@ from vkcore.device.device import Device, resolve
 from vkcore.device.memory.buffer import Buffer
 from vkcore.device.memory.pools import buffer_pool
 from vkcore.device.submit.commands import Dispatch
+from vkcore.errors import shown
 from vkcore.kernels import common as c
 from vkcore.kernels import programs, storage
 from vkcore.kernels.sampling import topk
@@ -89,7 +90,7 @@ def sample(
         tokens = _draw(data.device, data.buffer, rows, n, count, push)
     else:
         dev = resolve(device)
-        flat = np.ascontiguousarray(data, dtype=np.float32).reshape(rows, n)
+        flat = c.as_float32(data).reshape(rows, n)
         storage.check_binding_size(dev, flat.nbytes, "logits")
         pool = buffer_pool(dev)
         x = pool.acquire(flat.nbytes)
@@ -140,7 +141,7 @@ def _check_seed(seed: Any) -> int:
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
     if not 0 <= seed < 1 << 64:
-        raise ValueError(f"seed must be in [0, 2**64), got {seed}")
+        raise ValueError(f"seed must be in [0, 2**64), got {shown(seed)}")
     return int(seed)
 
 

@@ -36,6 +36,7 @@ from vkcore.compute.tensor import Tensor, device_for
 from vkcore.device.device import Device, resolve
 from vkcore.device.memory.buffer import Buffer
 from vkcore.device.memory.pools import buffer_pool
+from vkcore.errors import shown
 from vkcore.kernels import common as c
 from vkcore.kernels import storage
 from vkcore.kernels.sampling import topk_steps
@@ -61,9 +62,9 @@ def check_count(value: Any, name: str, n: int) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if n == 0:
-        raise ValueError(f"{name}={value} needs a non-empty axis, but its length is 0")
+        raise ValueError(f"{name}={shown(value)} needs a non-empty axis, but its length is 0")
     if not 1 <= value <= n:
-        raise ValueError(f"{name} must be in 1..{n} (the axis length), got {value}")
+        raise ValueError(f"{name} must be in 1..{n} (the axis length), got {shown(value)}")
     return int(value)
 
 
@@ -89,7 +90,7 @@ def _topk(x: Any, k: Any, axis: Any, device: Device | None, *, fused: bool) -> t
             raise ValueError(f"a Tensor's top-k is over its last axis (axis=-1), got axis={axis}")
         return _topk_tensor(data, kk, fused)
     dev = resolve(device)
-    rows = np.ascontiguousarray(np.moveaxis(data, ax, -1), dtype=np.float32)
+    rows = c.as_float32(np.moveaxis(data, ax, -1))
     shape = (*rows.shape[:-1], kk)
     flat = rows.reshape(-1, n)
     values = np.empty((flat.shape[0], kk), dtype=np.float32)

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from vkcore.errors import shown
+
 
 def normalize_axes(axis: Any, ndim: int) -> tuple[int, ...]:
     """``axis`` (an int, a tuple of distinct ints, or None for every axis) as sorted
@@ -34,7 +36,7 @@ def normalize_axes(axis: Any, ndim: int) -> tuple[int, ...]:
             raise ValueError(f"axis {a} is out of range for an array of {ndim} dimensions")
         out.append(int(a) % ndim)
     if len(set(out)) != len(out):
-        raise ValueError(f"axis must not repeat an axis, got {axis!r}")
+        raise ValueError(f"axis must not repeat an axis, got {shown(axis)}")
     return tuple(sorted(out))
 
 
@@ -53,7 +55,7 @@ def as_rows(
     ndim = arr.ndim
     if is_trailing(axes, ndim):  # the common case: no transpose, often no copy
         split = ndim - len(axes)
-        flat = np.ascontiguousarray(arr, dtype=np.float32)
+        flat = _float32(arr)
         rows, n = math.prod(arr.shape[:split]), math.prod(arr.shape[split:])
         return flat.reshape(rows, n), arr.shape, _unchanged
     others = tuple(a for a in range(ndim) if a not in axes)
@@ -62,7 +64,7 @@ def as_rows(
     moved = arr if identity else arr.transpose(perm)
     n = math.prod(arr.shape[a] for a in axes)
     rows = math.prod(arr.shape[a] for a in others)
-    flat = np.ascontiguousarray(moved, dtype=np.float32).reshape(rows, n)
+    flat = _float32(moved).reshape(rows, n)
     inverse = tuple(int(i) for i in np.argsort(perm))
 
     def restore(result: np.ndarray) -> np.ndarray:
@@ -90,3 +92,10 @@ def check_out(out: Any, shape: tuple[int, ...], name: str = "out") -> np.ndarray
     if not out.flags.writeable:
         raise ValueError(f"{name} must be writable")
     return out
+
+
+def _float32(arr: np.ndarray) -> np.ndarray:
+    """C-contiguous float32; beyond its range infinities, without numpy's overflow warning
+    (the documented conversion of float64 input)."""
+    with np.errstate(over="ignore"):
+        return np.ascontiguousarray(arr, dtype=np.float32)

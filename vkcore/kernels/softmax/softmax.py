@@ -38,6 +38,7 @@ from vkcore.device.device import Device, resolve
 from vkcore.device.memory.buffer import Buffer
 from vkcore.device.memory.host_buffer import HostBuffer, imports_host_array
 from vkcore.device.memory.pools import buffer_pool, host_pool
+from vkcore.errors import shown
 from vkcore.kernels import common as c
 from vkcore.kernels import storage
 from vkcore.kernels.softmax import axes
@@ -84,7 +85,7 @@ def _normalized(
     x: Any, axis: Any, algorithm: str, out: Any, device: Device | None, log: bool
 ) -> Any:
     if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {shown(algorithm)}")
     data = c.row_input(x, "x", device)  # inside a sequence: a Tensor
     ndim = len(data.shape)
     row_axes = axes.normalize_axes(axis, ndim)
@@ -93,7 +94,7 @@ def _normalized(
         if not axes.is_trailing(row_axes, ndim):
             raise ValueError(
                 "a Tensor is normalized over its last axes only (axis=-1, a tuple of the "
-                f"last axes, or None), got axis={axis!r}"
+                f"last axes, or None), got axis={shown(axis)}"
             )
         return _softmax_tensor(data, len(row_axes), algorithm, log, _tensor_out(out, data))
     dev = resolve(device)

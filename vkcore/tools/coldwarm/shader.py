@@ -121,11 +121,15 @@ class ShaderCase:
         return run
 
     def _buffers(self, prog: Program) -> list[Tensor]:
+        """Zeroed resident Tensors, each of its binding's element dtype (a Program binds
+        only a Tensor of that dtype; bytes for a block that mixes types)."""
         _check_bindings(prog.bindings)
         out = []
         for b in prog.bindings:
-            nbytes = b.fixed_bytes + b.stride * self.elements
-            out.append(asarray(np.zeros(max(nbytes, 4), np.uint8), device=prog.device))
+            dtype = np.dtype(b.element or np.uint8)
+            count = -(-max(b.fixed_bytes + b.stride * self.elements, 4) // dtype.itemsize)
+            raw = asarray(np.zeros(count * dtype.itemsize, np.uint8), device=prog.device)
+            out.append(Tensor(raw.buffer, (count,), dtype, prog.device))
         return out
 
     def _push(self, prog: Program) -> dict[str, Any]:
