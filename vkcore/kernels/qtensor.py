@@ -16,7 +16,7 @@ import numpy as np
 from ..buffer import Buffer
 from ..device import Device, resolve
 from ..tensor import Tensor
-from . import qarrays, storage
+from . import qarrays, qfile, storage
 from .qlayout import Layout, unpack_rows
 from .storage import Chunk, ScratchOwner
 
@@ -199,7 +199,7 @@ class QuantizedTensor(ScratchOwner):
     @classmethod
     def load(cls, path: Any, device: Device | None = None) -> QuantizedTensor:
         """Read a tensor written by :meth:`save`, checking everything it reads."""
-        return qarrays.load(path, functools.partial(cls.from_arrays, device=device))
+        return qfile.load(path, functools.partial(cls.from_arrays, device=device))
 
     def release(self) -> None:
         """Free the device memory now (also happens when the object is collected)."""
