@@ -54,8 +54,10 @@ bit for bit. ``save(qt, path)`` writes an ``.npz`` file (``allow_pickle`` never 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import uuid
 from typing import Any
 
 import numpy as np
@@ -233,7 +235,8 @@ def save(qt: Any, path: Any) -> None:
     """Write ``qt`` to ``path`` (exactly that name) as an uncompressed ``.npz``: the
     header fields of ``_HEADER``, ``codes`` (the packed bytes ``(m, ceil(n/2))`` uint8,
     low nibble first, when bits <= 4; else ``q``), ``scale`` and, when asymmetric,
-    ``zero_point``, and ``digest`` (see :func:`digest`)."""
+    ``zero_point``, and ``digest`` (see :func:`digest`). The file appears whole or not
+    at all: it is written to a temporary name beside it and renamed."""
     qt = _tensor(qt)
     m, n = qt.shape
     stored = qt.stored_rows()
@@ -252,5 +255,18 @@ def save(qt: Any, path: Any) -> None:
     if not qt.symmetric:
         fields["zero_point"] = qt.zero_point
     fields["digest"] = np.array(digest(fields))
-    with open(os.fspath(path), "wb") as fh:
-        np.savez(fh, **fields)  # type: ignore[arg-type]
+    # Written next to the target and renamed over it: an exception or Ctrl-C while
+    # writing leaves the old file (or none) as it was, never a partial one.
+    target = os.path.realpath(os.fspath(path))  # through a symlink, as open() writes
+    temp = f"{target}.{uuid.uuid4().hex[:12]}.tmp"
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, **fields)  # type: ignore[arg-type]
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(temp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
