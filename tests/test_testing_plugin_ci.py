@@ -365,3 +365,21 @@ def test_a_test_that_closes_vk_device_fails_and_the_next_ones_work(tmp_path, val
     assert "4 failed, 7 passed, 1 error" in out, out
     assert out.count("a test closed vk_device") >= 5, out
     assert "validation messages when the Vulkan device closed" not in out, out
+
+
+# --------------------------------------------------------------------------- threads
+@pytest.mark.parametrize(
+    ("threads", "exc"),
+    [(0, ValueError), (-3, ValueError), (2**32, ValueError), (True, TypeError), (2.0, TypeError),
+     ("4", TypeError)],
+)  # fmt: skip
+def test_bad_thread_counts_are_refused(threads, exc, capsys):
+    """0 fell back to the CPU count, -3 was written as LP_NUM_THREADS=-3, and 2^32 reads
+    as 0 threads in Mesa's unsigned int."""
+    with pytest.raises(exc, match="threads"):
+        ci.lavapipe_settings(threads)
+    if isinstance(threads, int) and not isinstance(threads, bool):
+        assert main(["ci-env", "--threads", str(threads)]) == 2
+        err = capsys.readouterr().err
+        assert "--threads" in err and "error:" in err
+    assert ci.lavapipe_settings(ci.THREADS_MAX)["LP_NUM_THREADS"] == str(2**31 - 1)

@@ -171,6 +171,10 @@ def lavapipe_settings(threads: int | None = None) -> dict[str, str]:
     leaves nothing behind. Whoever runs with them removes them afterwards (the pytest
     plugin does at the end of its session; on a throw-away CI runner nobody needs to).
 
+    ``threads``: None (the CPU count) or an int from 1 to :data:`THREADS_MAX`, else
+    TypeError/ValueError (Mesa reads the value into an unsigned int: 2^32 would become
+    0 threads; above its own maximum it takes that maximum).
+
     Raises RuntimeError when lavapipe is not installed, or only for other architectures.
     """
     icd = lavapipe_icd()
@@ -178,7 +182,7 @@ def lavapipe_settings(threads: int | None = None) -> dict[str, str]:
         raise RuntimeError(
             "lavapipe is not installed (Debian/Ubuntu: apt-get install mesa-vulkan-drivers)"
         )
-    threads = threads or os.cpu_count() or 1
+    threads = _threads(threads)
     run = uuid.uuid4().hex[:16]  # unguessable: nobody else can have made these folders
     root = tempfile.gettempdir()
     return {
@@ -189,6 +193,19 @@ def lavapipe_settings(threads: int | None = None) -> dict[str, str]:
         "VKCORE_VALIDATION": "1",
         "VKCORE_CACHE_DIR": os.path.join(root, f"vkcore-cache-{run}"),
     }
+
+
+THREADS_MAX = 2**31 - 1
+
+
+def _threads(threads: object) -> int:
+    if threads is None:
+        return os.cpu_count() or 1
+    if isinstance(threads, bool) or not isinstance(threads, int):
+        raise TypeError(f"threads must be an int or None, got {type(threads).__name__}")
+    if not 1 <= threads <= THREADS_MAX:
+        raise ValueError(f"threads must be from 1 to {THREADS_MAX}, got {threads}")
+    return threads
 
 
 # The settings whose folders lavapipe_settings names (removed by whoever ran with them).
