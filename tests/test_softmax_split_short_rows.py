@@ -15,7 +15,7 @@ from vkcore import reference
 
 @pytest.mark.parametrize("n", [1, 2, 3])  # from 4 floats a row the states never outgrow x
 @pytest.mark.parametrize("algorithm", ["online", "safe"])
-def test_many_short_rows_beyond_one_binding(device, rng, small_binding, n, algorithm):
+def test_many_short_rows_beyond_one_binding(device, rng, small_binding, n, algorithm):  # noqa: F811
     x = rng.standard_normal((700, n)).astype(np.float32) * 3  # 700 n floats: > 1024 bytes
     for log in (False, True):
         f = vkcore.log_softmax if log else vkcore.softmax
