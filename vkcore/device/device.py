@@ -373,7 +373,9 @@ _open_devices: weakref.WeakSet[Device] = weakref.WeakSet()
 
 
 @atexit.register
-def _close_open_devices() -> None:
+def close_open_devices() -> None:
+    """Close every device not closed yet (at interpreter exit, and where a run's cache
+    folders are about to be removed)."""
     for dev in list(_open_devices):  # (none in a forked child: see _after_fork)
         try:
             dev.close()

@@ -49,23 +49,22 @@ Mappings from other formats (each exact: the same ``W`` bit for bit in float32):
 ``to_arrays()`` returns the keyword arguments of ``from_arrays`` that rebuild the tensor
 bit for bit. ``save(qt, path)`` writes an ``.npz`` file (``allow_pickle`` never needed);
 ``QuantizedTensor.load(path)`` reads it back and checks every field it reads as
-``from_arrays`` does.
+``from_arrays`` does, each array's header before its data (:mod:`vkcore.kernels.quant.qfile`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
-from collections.abc import Callable
-from typing import Any, TypeVar
+import uuid
+from typing import Any
 
 import numpy as np
 
 from vkcore.compute.tensor import Tensor
 from vkcore.kernels.quant import qlayout
 from vkcore.kernels.quant.qlayout import Layout, ceil_div, integer_range
-
-T = TypeVar("T")
 
 FORMAT = "vkcore.QuantizedTensor"
 VERSION = 1  # the .npz format version this code writes and reads
@@ -105,7 +104,7 @@ def _codes(q: Any, lo: int, hi: int, what: str) -> np.ndarray:
     return arr
 
 
-def _param_shape(m: int, n: int, group_size: int | None, got: tuple[int, ...]) -> bool:
+def per_channel_of(m: int, n: int, group_size: int | None, got: tuple[int, ...]) -> bool:
     """per_channel for a scale of shape ``got``, or a ValueError giving the shapes expected."""
     if group_size is not None:
         want = (m, ceil_div(n, group_size))
@@ -151,7 +150,7 @@ def _scales(scale: Any) -> np.ndarray:
     return s
 
 
-def _zero_points(zero_point: Any, shape: tuple[int, ...], bits: int) -> np.ndarray:
+def checked_zero_points(zero_point: Any, shape: tuple[int, ...], bits: int) -> np.ndarray:
     arr = _integer_array(zero_point, "zero_point")
     if arr.shape != shape:
         raise ValueError(f"zero_point must have the scale's shape {shape}, got {arr.shape}")
@@ -178,8 +177,8 @@ def checked(
     codes = _codes(q, *integer_range(bits, symmetric), kind)
     m, n = codes.shape
     s = _scales(scale)
-    per_channel = _param_shape(m, n, group_size, s.shape)
-    z = np.zeros(s.shape, np.int32) if symmetric else _zero_points(zero_point, s.shape, bits)
+    per_channel = per_channel_of(m, n, group_size, s.shape)
+    z = np.zeros(s.shape, np.int32) if symmetric else checked_zero_points(zero_point, s.shape, bits)
     layout = Layout(m, n, bits, symmetric, per_channel, group_size)
     return layout, qlayout.pack_rows(codes, layout, z), s, z
 
@@ -207,7 +206,7 @@ def to_arrays(qt: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------- files
 # Every field of a file, with the dtype kind and number of dimensions it must have
 # (codes and the zero point are checked against the header fields in _read).
-_HEADER = {
+HEADER_FIELDS = {
     "format": ("U", 0),
     "version": ("i", 0),
     "shape": ("i", 1),
@@ -227,15 +226,17 @@ def digest(fields: dict[str, np.ndarray]) -> str:
             continue
         arr = np.ascontiguousarray(fields[key])
         h.update(f"{key}|{arr.dtype.str}|{arr.shape}|".encode())
-        h.update(arr.tobytes())
+        if arr.nbytes:
+            h.update(arr.reshape(-1).view(np.uint8).data)  # its bytes, without a copy
     return h.hexdigest()
 
 
 def save(qt: Any, path: Any) -> None:
     """Write ``qt`` to ``path`` (exactly that name) as an uncompressed ``.npz``: the
-    header fields of ``_HEADER``, ``codes`` (the packed bytes ``(m, ceil(n/2))`` uint8,
+    header fields of ``HEADER_FIELDS``, ``codes`` (the packed bytes ``(m, ceil(n/2))`` uint8,
     low nibble first, when bits <= 4; else ``q``), ``scale`` and, when asymmetric,
-    ``zero_point``, and ``digest`` (see :func:`digest`)."""
+    ``zero_point``, and ``digest`` (see :func:`digest`). The file appears whole or not
+    at all: it is written to a temporary name beside it and renamed."""
     qt = _tensor(qt)
     m, n = qt.shape
     stored = qt.stored_rows()
@@ -254,124 +255,18 @@ def save(qt: Any, path: Any) -> None:
     if not qt.symmetric:
         fields["zero_point"] = qt.zero_point
     fields["digest"] = np.array(digest(fields))
-    with open(os.fspath(path), "wb") as fh:
-        np.savez(fh, **fields)  # type: ignore[arg-type]
-
-
-def load(path: Any, make: Callable[..., T]) -> T:
-    """``make(**arrays)`` (``QuantizedTensor.from_arrays``) of the checked arrays of a file
-    written by :func:`save`. Anything else (not a zip,
-    another program's .npz, a damaged zip whatever zipfile or numpy raise for it, a field
-    missing, extra, of the wrong dtype or shape, codes or parameters out of range, a newer
-    format version) is a ValueError naming the file (and the field), the cause chained;
-    only failing to open the file (FileNotFoundError, PermissionError: OSError) is raised
-    as it is. The file is never trusted and never unpickled."""
-    name = os.fspath(path)
-    with open(name, "rb") as fh:  # an OSError of opening is the caller's to see
-        try:
-            fields = _fields_of(fh)
-        except Exception as exc:  # every failure to read is the file's fault
-            raise ValueError(
-                f"{name!r} is not a readable vkcore.QuantizedTensor .npz: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
+    # Written next to the target and renamed over it: an exception or Ctrl-C while
+    # writing leaves the old file (or none) as it was, never a partial one.
+    target = os.path.realpath(os.fspath(path))  # through a symlink, as open() writes
+    temp = f"{target}.{uuid.uuid4().hex[:12]}.tmp"
     try:
-        return make(**_read(fields))
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name!r}: {exc}") from None
-
-
-def _fields_of(fh: Any) -> dict[str, np.ndarray]:
-    """Every array of the open .npz ``fh``, read in full (so any damage shows here)."""
-    data = np.load(fh, allow_pickle=False)
-    if not isinstance(data, np.lib.npyio.NpzFile):
-        raise ValueError("it holds a single array, not the fields of a saved tensor")
-    with data:
-        return {key: np.asarray(data[key]) for key in data.files}
-
-
-def _field(fields: dict[str, np.ndarray], key: str, kind: str, ndim: int) -> np.ndarray:
-    arr = fields[key]
-    if arr.dtype.kind != kind or arr.ndim != ndim:
-        raise ValueError(
-            f"field {key!r} must be a {ndim}-D array of dtype kind {kind!r}, "
-            f"got {arr.dtype} of shape {arr.shape}"
-        )
-    return arr
-
-
-def _read(fields: dict[str, np.ndarray]) -> dict[str, Any]:
-    """The keyword arguments of ``from_arrays`` that a file's fields hold, checked."""
-    if "format" not in fields or fields["format"].dtype.kind != "U":
-        raise ValueError(f"not a saved vkcore.QuantizedTensor (fields: {sorted(fields)})")
-    if str(fields["format"]) != FORMAT:
-        raise ValueError(f"format is {str(fields['format'])!r}, not {FORMAT!r}")
-    version = _field(fields, "version", "i", 0)
-    if int(version) != VERSION:
-        newer = " (written by a newer vkcore)" if int(version) > VERSION else ""
-        raise ValueError(f"format version {int(version)}{newer}; this vkcore reads {VERSION}")
-    h = {key: _field(fields, key, kind, nd) for key, (kind, nd) in _HEADER.items()}
-    symmetric = bool(h["symmetric"])
-    want = set(_HEADER) | {"codes", "scale", "digest"} | (set() if symmetric else {"zero_point"})
-    if set(fields) != want:
-        raise ValueError(
-            f"fields must be {sorted(want)}, got {sorted(fields)} "
-            f"(missing {sorted(want - set(fields))}, extra {sorted(set(fields) - want)})"
-        )
-    if _field(fields, "digest", "U", 0) != digest(fields):
-        raise ValueError("its digest does not match its contents (the file was changed)")
-    shape = h["shape"]
-    if shape.shape != (2,) or (shape < 1).any():
-        raise ValueError(f"field 'shape' must be two positive ints, got {shape.tolist()}")
-    m, n = (int(v) for v in shape)
-    bits, group = int(h["bits"]), int(h["group_size"])
-    group_size = None if group == 0 else qlayout.check_group_size(group)
-    layout = Layout(m, n, qlayout.check_bits(bits), symmetric, True, group_size)
-    codes = _stored_codes(fields["codes"], layout)
-    scale = fields["scale"]
-    if scale.dtype != np.float32:
-        raise ValueError(f"field 'scale' must be float32, got {scale.dtype}")
-    per_channel = _param_shape(m, n, group_size, scale.shape)
-    if per_channel != bool(h["per_channel"]):
-        raise ValueError(f"field 'per_channel' says {bool(h['per_channel'])}, the scale shape not")
-    zero = None
-    if not symmetric:
-        zero = fields["zero_point"]
-        if zero.dtype != np.int32:
-            raise ValueError(f"field 'zero_point' must be int32, got {zero.dtype}")
-        _zero_points(zero, scale.shape, bits)  # range first: the padding check relies on it
-        _check_padding(fields["codes"], layout, zero)
-    elif layout.packed:
-        _check_padding(fields["codes"], layout, np.zeros(scale.shape, np.int32))
-    return {"q": codes, "scale": scale, "zero_point": zero, "bits": bits, "group_size": group_size}
-
-
-def _stored_codes(raw: np.ndarray, layout: Layout) -> np.ndarray:
-    """The ``(m, n)`` codes of the file's ``codes`` field, its dtype and shape checked."""
-    m, n = layout.m, layout.n
-    if layout.packed:
-        want, dtype = (m, ceil_div(n, 2)), np.dtype(np.uint8)
-    else:
-        want, dtype = (m, n), layout.dtype
-    if raw.dtype != dtype or raw.shape != want:
-        got = f"{raw.dtype} of shape {raw.shape}"
-        raise ValueError(f"field 'codes' must be {dtype} of shape {want}, got {got}")
-    if not layout.packed:
-        return raw
-    padded = np.zeros((m, layout.row_bytes), np.uint8)
-    padded[:, : want[1]] = raw
-    return qlayout.unpack_rows(padded, layout)
-
-
-def _check_padding(raw: np.ndarray, layout: Layout, zero: np.ndarray) -> None:
-    """After an odd n, the high nibble of each row's last byte must hold the padding code."""
-    if not layout.packed or layout.n % 2 == 0 or zero.shape != layout.param_shape:
-        return  # a wrong zero-point shape is reported by from_arrays
-    high = raw[:, -1] >> 4
-    pad = layout.last_zero(zero) & 0xF
-    bad = np.flatnonzero(high != pad)
-    if bad.size:
-        raise ValueError(
-            f"field 'codes': row {int(bad[0])} has {int(high[bad[0]])} in its padding nibble, "
-            f"not its last group's zero point {int(pad[bad[0]])}"
-        )
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, **fields)  # type: ignore[arg-type]
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(temp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise

@@ -139,13 +139,17 @@ def pack_rows(codes: np.ndarray, layout: Layout, zero_point: np.ndarray) -> np.n
     m, n = layout.m, layout.n
     per_byte = 2 if layout.packed else 1
     cols = layout.row_bytes * per_byte
-    full = np.empty((m, cols), dtype=np.int64)
+    # Codes and zero points are in [-128, 255] here: int16 holds them (int64 took 8 bytes
+    # per code, several times over, for a tensor's whole codes).
+    full = np.empty((m, cols), dtype=np.int16)
     full[:, :n] = codes
     full[:, n:] = layout.last_zero(zero_point)[:, None]
+    full &= 0xFF if not layout.packed else 0xF  # two's complement bytes / nibbles
     if not layout.packed:
-        return (full & 0xFF).astype(np.uint8)
-    nib = full & 0xF  # two's complement nibbles for negative symmetric codes
-    return (nib[:, 0::2] | (nib[:, 1::2] << 4)).astype(np.uint8)
+        return full.astype(np.uint8)
+    low = full[:, 0::2].astype(np.uint8)
+    low |= (full[:, 1::2] << 4).astype(np.uint8)
+    return low
 
 
 def unpack_rows(raw: np.ndarray, layout: Layout) -> np.ndarray:
@@ -153,10 +157,10 @@ def unpack_rows(raw: np.ndarray, layout: Layout) -> np.ndarray:
     raw = np.asarray(raw, np.uint8)
     if not layout.packed:
         return raw[:, : layout.n].view(layout.dtype).copy()
-    nib = np.empty((raw.shape[0], 2 * raw.shape[1]), dtype=np.int16)
-    nib[:, 0::2] = raw & 0xF
-    nib[:, 1::2] = raw >> 4
+    nib = np.empty((raw.shape[0], 2 * raw.shape[1]), dtype=np.uint8)
+    np.bitwise_and(raw, 0xF, out=nib[:, 0::2])
+    np.right_shift(raw, 4, out=nib[:, 1::2])
     nib = nib[:, : layout.n]
-    if layout.symmetric:
-        nib = (nib ^ 8) - 8  # sign-extend 4-bit two's complement
-    return nib.astype(layout.dtype)
+    if layout.symmetric:  # sign-extend 4-bit two's complement: (v ^ 8) - 8, in int8
+        return np.subtract((nib ^ 8).view(np.int8), 8, dtype=np.int8)
+    return nib.copy()

@@ -17,7 +17,7 @@ from vkcore.compute.tensor import Tensor
 from vkcore.device.device import Device, resolve
 from vkcore.device.memory.buffer import Buffer
 from vkcore.kernels import storage
-from vkcore.kernels.quant import qarrays
+from vkcore.kernels.quant import qarrays, qfile
 from vkcore.kernels.quant.qlayout import Layout, unpack_rows
 from vkcore.kernels.storage import Chunk, ScratchOwner
 
@@ -200,7 +200,7 @@ class QuantizedTensor(ScratchOwner):
     @classmethod
     def load(cls, path: Any, device: Device | None = None) -> QuantizedTensor:
         """Read a tensor written by :meth:`save`, checking everything it reads."""
-        return qarrays.load(path, functools.partial(cls.from_arrays, device=device))
+        return qfile.load(path, functools.partial(cls.from_arrays, device=device))
 
     def release(self) -> None:
         """Free the device memory now (also happens when the object is collected)."""

@@ -45,6 +45,10 @@ def softmax_split(
     pool = buffer_pool(device)
     if n * 4 <= limit:
         per = max(1, limit // (n * 4))
+        # The group's partial (m, l) states (16 bytes per workgroup of every row) are one
+        # binding too: many short rows need fewer rows per group than their data allows.
+        while per > 1 and per * cached_plan(device, per, n).nchunks * 16 > limit:
+            per = max(1, per // 2)
         for r0 in range(0, rows, per):
             count = min(per, rows - r0)
             span = [(r0 * n, (r0 + count) * n)]

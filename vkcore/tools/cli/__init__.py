@@ -5,7 +5,8 @@ which adds a parser whose ``func(args) -> int`` runs it. Exit status: 0 success,
 failed check, 2 bad usage. Errors print one line; ``--debug`` shows the traceback.
 
 Every option's value is checked while the command line is parsed (the types in
-``_args``), before a device is opened or a measurement starts: a bad number, a missing
+``_args``, then a subcommand's check of its options together, such as a layer that must
+fit in memory), before a device is opened or a measurement starts: a bad number, a missing
 input file or an output path that cannot be written is status 2 at once, with argparse's
 one-line message naming the option. ``main`` returns that status rather than raising
 SystemExit, as it does for every other outcome.
@@ -21,6 +22,7 @@ import sys
 from collections.abc import Sequence
 
 from vkcore import __version__
+from vkcore.tools.cli._args import UsageError
 
 # Subcommand modules, in the order ``--help`` lists them.
 SUBCOMMANDS = ["info", "demo", "cache", "coldwarm", "quant_report", "bench", "tune", "ci_env"]
@@ -47,6 +49,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        check = getattr(args, "_after_parse", None)
+        if check is not None:  # what depends on several options (cli._args.after_parse)
+            try:
+                check(args)
+            except UsageError as exc:
+                args._parser.error(str(exc))
     except SystemExit as exc:  # bad usage (2), or --help/--version (0): already printed
         return exc.code if isinstance(exc.code, int) else 2
     logging.basicConfig(

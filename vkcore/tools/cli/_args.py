@@ -1,6 +1,10 @@
 """argparse types for the subcommands: every option is checked while the command line is
 parsed, before a device is created or a measurement starts, so a bad value is exit status
 2 with one line naming the option (argparse's own error), never a traceback or lost work.
+
+What depends on several options together (a ``--rows`` x ``--cols`` layer that must fit
+in memory) is checked right after parsing by the subcommand's ``check(args)``
+(:func:`after_parse`), which raises :class:`UsageError`; it is reported the same way.
 """
 
 from __future__ import annotations
@@ -12,6 +16,26 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from vkcore.base import hostmem
+
+
+class UsageError(Exception):
+    """A combination of options that cannot work; the message names the options."""
+
+
+def after_parse(parser: argparse.ArgumentParser, check: Callable[[Any], None]) -> None:
+    """Run ``check(args)`` once the command line is parsed, before the command starts; a
+    :class:`UsageError` it raises is ``parser``'s usage error (exit status 2)."""
+    parser.set_defaults(_after_parse=check, _parser=parser)  # names no option takes
+
+
+def memory_check(what: str, nbytes: int) -> None:
+    """A :class:`UsageError` naming ``what`` when ``nbytes`` cannot fit in the memory
+    available (:func:`vkcore.base.hostmem.available`; unknown: nothing is refused)."""
+    short = hostmem.shortfall(nbytes)
+    if short is not None:
+        raise UsageError(f"{what} {short}")
 
 
 def _int(text: str) -> int:
@@ -46,6 +70,19 @@ def finite_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def float32_range(text: str) -> float:
+    """A finite number of float32's range (a scale applied to float32 data)."""
+    value = finite_float(text)
+    if abs(value) > FLOAT32_MAX:
+        raise argparse.ArgumentTypeError(
+            f"must be within float32's range (magnitude at most {FLOAT32_MAX:.7g}), got {text!r}"
+        )
     return value
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from vkcore.tools.ci import lavapipe_settings
-from vkcore.tools.cli._args import positive_int
+from vkcore.tools.ci import THREADS_MAX, lavapipe_settings
+from vkcore.tools.cli._args import int_range
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -15,7 +15,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="print the settings of a deterministic CI run on lavapipe (eval them, or "
         "append them to $GITHUB_ENV with --github)",
     )
-    p.add_argument("--threads", type=positive_int, default=None, help="LP_NUM_THREADS")
+    p.add_argument(
+        "--threads",
+        type=int_range(1, THREADS_MAX),
+        default=None,
+        help="LP_NUM_THREADS (default: the CPU count)",
+    )
     p.add_argument("--github", action="store_true", help="NAME=value lines (for >> $GITHUB_ENV)")
     p.set_defaults(func=run)
 

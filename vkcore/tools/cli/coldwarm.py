@@ -120,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
             elements=args.elements,
             push=dict(args.push),
         )
+        shader.check(args.device)  # --push values, --elements: before anything runs
     elif args.define or args.push or args.include:
         raise ValueError("--define, --include and --push apply to --shader")
     if args.kernels is None:

@@ -14,7 +14,12 @@ import numpy as np
 from vkcore import reference
 from vkcore.device.device import Device
 from vkcore.kernels.softmax.softmax import softmax
-from vkcore.tools.cli._args import positive_int
+from vkcore.tools.cli._args import after_parse, memory_check, positive_int
+
+# Host memory the demo takes per element of its random batch, measured as peak RSS less
+# the interpreter's (the numpy reference and lavapipe's device copies included), with
+# some margin.
+BYTES_PER_ELEMENT = 48
 
 SEED_EXAMPLE = [1000.0, 1001.0, 1002.0]
 SEED_EXPECTED = [0.09003057317038046, 0.24472847105479764, 0.6652409557748218]
@@ -34,6 +39,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--json", action="store_true", help="print the figures as JSON (the text goes to stderr)"
     )
     p.set_defaults(func=run)
+    after_parse(p, check)
+
+
+def check(args: argparse.Namespace) -> None:
+    """The batch must fit in memory, before the device opens."""
+    r, c = args.rows, args.cols
+    memory_check(f"--rows {r} --cols {c}: a {r} x {c} softmax batch", r * c * BYTES_PER_ELEMENT)
 
 
 def run(args: argparse.Namespace) -> int:

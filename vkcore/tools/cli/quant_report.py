@@ -8,26 +8,50 @@ the output ``sum_g s_g/2 ||x_g||_1``) and the ratios to the typical values
 (``s/sqrt(12)``, ``sqrt(sum_g s_g^2/12 ||x_g||_2^2)``), then the rows (and groups)
 closest to their bound.
 Exit 1 if a worst-case bound fails.
+
+Checked before any device opens (exit 2, one line naming the option): ``--group-size``
+from 0 to 2^31 - 1 (quantize's own range), ``--outlier`` within float32's range and small
+enough that row 0 of the random layer stays finite in float32 (for the given ``--seed``
+and ``--cols``), a
+``--rows`` x ``--cols`` layer or a ``--weights`` matrix (from its header, before its data
+is read) whose report fits in the memory available (:func:`report_bytes`), and a weights
+file's values finite float32s; once the device is open, a row that one storage binding
+holds (the device's ``maxStorageBufferRange``), before anything is printed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 from typing import Any
 
 import numpy as np
 
 from vkcore.device.device import Device
+from vkcore.kernels import storage
+from vkcore.kernels.quant import npzfile
+from vkcore.kernels.quant.qlayout import GROUP_SIZE_MAX
 from vkcore.kernels.quant.report import format_report, quant_error, ratio
 from vkcore.kernels.quant.rtn import quantize
 from vkcore.tools.cli._args import (
-    finite_float,
+    FLOAT32_MAX,
+    UsageError,
+    after_parse,
+    float32_range,
     input_file,
     int_range,
+    memory_check,
     nonnegative_int,
     positive_int,
 )
+
+# Host memory a report takes, measured as peak RSS less the interpreter's (lavapipe's
+# device memory included, with some margin): per weight, and per scale group for the
+# per-group error arrays (their JSON lists with --json).
+BYTES_PER_WEIGHT = 48
+BYTES_PER_GROUP = 256
+BYTES_PER_GROUP_JSON = 512
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,13 +67,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rows", type=positive_int, default=256, help="rows of the random layer")
     p.add_argument("--cols", type=positive_int, default=1024, help="columns of the random layer")
     p.add_argument(
-        "--outlier", type=finite_float, default=100.0, help="scale of row 0 of the random layer"
+        "--outlier",
+        type=float32_range,
+        default=100.0,
+        help="scale of row 0 of the random layer (row 0 must stay within float32's range)",
     )
     p.add_argument("--bits", type=int_range(2, 8), default=8, help="bits per weight, 2 to 8")
     p.add_argument("--asymmetric", action="store_true", help="asymmetric (uint8, zero point)")
     p.add_argument(
         "--group-size",
-        type=nonnegative_int,
+        type=int_range(0, GROUP_SIZE_MAX),
         default=128,
         help="columns per scale group for the group-wise row (0: none)",
     )
@@ -66,21 +93,74 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--json", action="store_true", help="print the per-row errors and bounds as JSON"
     )
     p.set_defaults(func=run)
+    after_parse(p, check)
 
 
-def _load(path: str, name: str | None) -> np.ndarray:
-    """The array in a .npy file, or in an .npz file (its only one, or ``name``). Any
-    failure to open or read it (a damaged zip: whatever zipfile or numpy raise) is a
-    ValueError naming the file, so the command exits 2 with the reason."""
+def report_bytes(m: int, n: int, group_size: int, as_json: bool, itemsize: int = 4) -> int:
+    """Host memory the report of an ``m`` x ``n`` matrix of ``itemsize``-byte floats
+    takes, about (per weight, and per parameter group of its three granularities)."""
+    groups = m * (2 + (math.ceil(n / group_size) if group_size else 0))
+    per_group = BYTES_PER_GROUP + (BYTES_PER_GROUP_JSON if as_json else 0)
+    return m * n * (BYTES_PER_WEIGHT + itemsize) + groups * per_group
+
+
+def check(args: argparse.Namespace) -> None:
+    """The options together, before anything runs (a weights file: when it is read)."""
+    if args.weights:
+        return
+    if args.array is not None:
+        raise UsageError("--array needs --weights FILE.npz")
+    r, c = args.rows, args.cols
+    need = report_bytes(r, c, args.group_size, args.json)
+    memory_check(f"--rows {r} --cols {c}: the report of a {r} x {c} layer", need)
+    row = _row0(args.seed, c)
+    with np.errstate(over="ignore"):
+        scaled = (row * args.outlier).astype(np.float32)
+    if not np.isfinite(scaled).all():
+        largest = float(np.abs(row).max())
+        raise UsageError(
+            f"--outlier {args.outlier:g} makes row 0 of the random layer overflow float32 "
+            f"(its largest weight would be {largest * abs(args.outlier):.3g}, float32 holds "
+            f"{FLOAT32_MAX:.3g}); at most {FLOAT32_MAX / largest:.3g} for this --seed and --cols"
+        )
+
+
+def _row0(seed: int, cols: int) -> np.ndarray:
+    """Row 0 of the random layer before --outlier (the generator fills row by row)."""
+    return np.random.default_rng(seed).standard_normal(cols) / np.sqrt(cols)
+
+
+def _random_layer(rows: int, cols: int, seed: int, outlier: float) -> np.ndarray:
+    w = np.random.default_rng(seed).standard_normal((rows, cols))
+    w /= np.sqrt(cols)  # in place: one float64 copy of the layer, not two
+    w[0] *= outlier
+    return w.astype(np.float32)
+
+
+def _load(path: str, name: str | None, accept: Any) -> np.ndarray:
+    """The array in a .npy file, or in an .npz file (its only one, or ``name``), read
+    after ``accept(header)`` took its .npy header (dtype, shape). Any failure to open or
+    read it (a damaged zip, a bad header) is a ValueError naming the file, so the command
+    exits 2 with the reason."""
     try:
         with open(path, "rb") as fh:
-            data = np.load(fh, allow_pickle=False)
-            if isinstance(data, np.ndarray):
+            if npzfile.is_npy(fh):
                 if name is not None:
                     raise _Refused(f"--array is for .npz files; {path!r} holds a single array")
-                return data
-            with data:
-                return _member(data, path, name)
+                header = npzfile.read_header(fh)
+                size = npzfile.file_size(fh)
+                if size < header.offset + header.nbytes:
+                    raise npzfile.Unreadable(
+                        f"the file holds {size} bytes, its header declares "
+                        f"{header.offset + header.nbytes} ({header.describe()})"
+                    )
+                accept(header)
+                return npzfile.read_data(fh, header)
+            with npzfile.Npz(fh) as npz:
+                key = _member(npz.names, path, name)
+                header = npz.header(key)
+                accept(header)
+                return npz.read(key, header)
     except _Refused as exc:
         raise ValueError(str(exc)) from None
     except Exception as exc:  # every failure to read is the file's fault
@@ -93,8 +173,7 @@ class _Refused(Exception):
     """A readable file that does not hold what the options ask for (its message says so)."""
 
 
-def _member(data: Any, path: str, name: str | None) -> np.ndarray:
-    names = list(data.files)
+def _member(names: list[str], path: str, name: str | None) -> str:
     if name is None and len(names) != 1:
         raise _Refused(
             f"--weights {path!r} holds {len(names)} arrays ({', '.join(names) or 'none'}): "
@@ -103,23 +182,36 @@ def _member(data: Any, path: str, name: str | None) -> np.ndarray:
     key = names[0] if name is None else name
     if key not in names:
         raise _Refused(f"--array {key!r} is not in {path!r}; it holds {', '.join(names)}")
-    return np.asarray(data[key])
+    return key
 
 
 def _matrix(args: argparse.Namespace) -> np.ndarray:
-    if args.weights:
-        w = _load(args.weights, args.array)
-        if w.ndim != 2 or w.size == 0:
-            raise ValueError(f"--weights must hold a non-empty 2-D matrix, got shape {w.shape}")
-        if w.dtype.kind != "f":
-            raise ValueError(f"--weights must hold floats, got {w.dtype}")
-        return w
-    if args.array is not None:
-        raise ValueError("--array needs --weights FILE.npz")
-    rng = np.random.default_rng(args.seed)
-    w = np.asarray(rng.standard_normal((args.rows, args.cols)) / np.sqrt(args.cols))
-    w[0] *= args.outlier
-    return w.astype(np.float32)
+    if not args.weights:
+        return _random_layer(args.rows, args.cols, args.seed, args.outlier)
+
+    def accept(header: npzfile.Header) -> None:
+        shape = header.shape
+        if len(shape) != 2 or 0 in shape:
+            raise _Refused(f"--weights must hold a non-empty 2-D matrix, got shape {shape}")
+        if header.dtype.kind != "f":
+            raise _Refused(f"--weights must hold floats, got {header.dtype}")
+        need = report_bytes(*shape, args.group_size, args.json, header.dtype.itemsize)
+        try:
+            memory_check(f"--weights {args.weights!r}: the report of a {shape} matrix", need)
+        except UsageError as exc:
+            raise _Refused(str(exc)) from None
+
+    w = _load(args.weights, args.array, accept)
+    with np.errstate(over="ignore", invalid="ignore"):
+        bad = ~np.isfinite(w.astype(np.float32))
+    if bad.any():
+        i, j = (int(v) for v in np.argwhere(bad)[0])
+        what = "not finite" if not np.isfinite(w[i, j]) else "beyond float32's range"
+        raise ValueError(
+            f"--weights: w[{i}, {j}] is {float(w[i, j])!r}, {what} (the weights must be finite "
+            "float32 values)"
+        )
+    return w
 
 
 def _summary(e: Any) -> dict[str, Any]:
@@ -150,6 +242,8 @@ def run(args: argparse.Namespace) -> int:
     ok = True
     report: dict[str, Any] = {"shape": [m, n], "bits": args.bits, "symmetric": symmetric}
     with Device(args.device) as dev:
+        what = f"--weights {args.weights!r}" if args.weights else f"--cols {n}"
+        storage.rows_per_buffer(dev, 4 * n, f"{what}: one row of w as float32")
         report["device"] = dev.info.name
         if not args.json:
             print(f"{m} x {n} weights, {args.bits}-bit {kind} RTN on {dev.info.name}")

@@ -68,7 +68,7 @@ def measure(
     known = dict(KERNELS)
     probe_args: list[str] = []
     if shader is not None:
-        shader.check()
+        shader.check(selector)
         known[shader.name] = shader.prepare
         probe_args.append(shader.to_arg())
         kernels = [*(kernels or []), shader.name]

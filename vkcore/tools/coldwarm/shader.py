@@ -24,9 +24,12 @@ from typing import Any
 import numpy as np
 
 from vkcore import spirv
+from vkcore.base import config, hostmem
 from vkcore.compute.program import Program
+from vkcore.compute.push_block import PushBlock
 from vkcore.compute.tensor import Tensor, asarray
-from vkcore.device.device import Device
+from vkcore.device.device import Device, devices
+from vkcore.device.info import choose
 from vkcore.spirv import reflect
 
 DEFAULT_ELEMENTS = 1 << 16
@@ -53,15 +56,45 @@ class ShaderCase:
             if not isinstance(name, str) or not name.isidentifier():
                 raise ValueError(f"not a GLSL identifier: {name!r}")
 
-    def check(self) -> None:
+    def check(self, selector: str | int | None = None) -> None:
         """Compile and reflect here, before any probe starts: a GLSL error, an unknown
-        push constant or an unsupported binding is an error now, not in every probe."""
+        push constant, a push value its member cannot hold, an unsupported binding, or
+        ``elements`` that make a buffer larger than one storage binding of the device the
+        probes will use (``selector``) or than the memory available is an error now, not
+        in every probe."""
         text = Path(self.path).read_text()
         dirs = [Path(self.path).parent, *map(Path, self.include_dirs)]
         code = spirv.compile_source(text, name=self.path, include_dirs=dirs, defines=self.defines)
         iface = reflect.reflect(code.code)
         _check_bindings(iface.bindings)
         _check_push(self.push, iface.push)
+        try:
+            PushBlock(iface.push, iface.push_size, "--shader").pack(
+                None, _push_values(self.push, iface.push)
+            )
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"--push: {exc}") from None
+        sizes = [(b, self._nbytes(b)) for b in iface.bindings]
+        short = hostmem.shortfall(3 * sum(n for _, n in sizes))  # host, staging, device
+        if short is not None:
+            raise ValueError(f"--elements {self.elements}: running the shader {short}")
+        infos = devices()
+        info = (
+            choose(infos, selector)
+            if selector is not None  # as Device picks: $VKCORE_DEVICE, else the best one
+            else config.env_choice("VKCORE_DEVICE", lambda s: choose(infos, s))
+        )
+        limit = info.max_storage_buffer_range
+        for b, nbytes in sizes:
+            if b.kind == reflect.STORAGE_BUFFER and nbytes > limit:
+                raise ValueError(
+                    f"--elements {self.elements}: buffer {b.name!r} (binding {b.binding}) "
+                    f"would take {nbytes} bytes, more than one storage binding of this "
+                    f"device covers (maxStorageBufferRange: {limit} bytes)"
+                )
+
+    def _nbytes(self, b: reflect.Binding) -> int:
+        return max(b.fixed_bytes + b.stride * self.elements, 4)
 
     @property
     def name(self) -> str:
@@ -127,23 +160,28 @@ class ShaderCase:
         out = []
         for b in prog.bindings:
             dtype = np.dtype(b.element or np.uint8)
-            count = -(-max(b.fixed_bytes + b.stride * self.elements, 4) // dtype.itemsize)
+            count = -(-self._nbytes(b) // dtype.itemsize)
             raw = asarray(np.zeros(count * dtype.itemsize, np.uint8), device=prog.device)
             out.append(Tensor(raw.buffer, (count,), dtype, prog.device))
         return out
 
     def _push(self, prog: Program) -> dict[str, Any]:
         _check_push(self.push, prog.push)
-        zero = {"float": 0.0, "int": 0, "uint": 0}
-        values: dict[str, Any] = {}
-        for m in prog.push:
-            default = zero[m.kind] if m.count == 1 else [zero[m.kind]] * m.count
-            values[m.name] = self.push.get(m.name, default)
-        return values
+        return _push_values(self.push, prog.push)
 
     def _grid(self, prog: Program) -> tuple[int, int, int]:
         limit = prog.device.info.max_compute_work_group_count[0]
         return min(math.ceil(self.elements / prog.workgroup[0]), limit), 1, 1
+
+
+def _push_values(given: Mapping[str, Any], members: Sequence[reflect.PushMember]) -> dict[str, Any]:
+    """Every member's value: the one given, else 0."""
+    zero = {"float": 0.0, "int": 0, "uint": 0}
+    values: dict[str, Any] = {}
+    for m in members:
+        default = zero[m.kind] if m.count == 1 else [zero[m.kind]] * m.count
+        values[m.name] = given.get(m.name, default)
+    return values
 
 
 def _check_bindings(bindings: Sequence[reflect.Binding]) -> None:
