@@ -239,6 +239,11 @@ class DeviceContext(StateOwner):
     def closed(self) -> bool:
         return self._closed
 
+    def before_free(self) -> None:
+        """Called before a buffer's memory is freed or handed to other work. The owner
+        (:class:`vkcore.Device`) first finishes a submission an exception cut short,
+        which may still use it; nothing to do at this level."""
+
     def wait_idle(self) -> None:
         with self.lock:
             if self.handle is not None:

@@ -170,9 +170,11 @@ class Device(DeviceContext):
         layouts.
         """
         with self.lock:
+            sub = getattr(self, "submitter", None)
+            if sub is not None and not self._closed:
+                sub.reap()  # sequences dropped in flight that have finished
             buffers = self.live_buffers()
             pipelines = [p for p in self._pipelines.values() if p.handle is not None]
-            sub = getattr(self, "submitter", None)
             cache = getattr(self, "pipeline_cache", None)
             return {
                 "buffers": len(buffers),
@@ -183,6 +185,12 @@ class Device(DeviceContext):
                 "descriptor_sets": getattr(sub, "live_descriptor_sets", 0),
                 "pipeline_caches": int(cache is not None and cache.handle is not None),
             }
+
+    def before_free(self) -> None:
+        """Finish a submission an exception cut short before memory it may use is freed."""
+        submitter = getattr(self, "submitter", None)
+        if submitter is not None:
+            submitter.settle_cut_short()
 
     def forget_buffer(self, buffer: LiveBuffer) -> None:
         """Stop recording ``buffer``, and drop the kept recordings that reference it."""
@@ -244,6 +252,9 @@ class Device(DeviceContext):
         for pipe in self._pipelines.values():
             pipe.module = pipe.set_layout = pipe.layout = pipe.handle = None
         self._pipelines.clear()
+        submitter = getattr(self, "submitter", None)
+        if submitter is not None:
+            submitter.abandon_sequences()
         super()._abandon()
 
     def __del__(self) -> None:
