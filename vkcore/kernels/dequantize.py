@@ -44,6 +44,7 @@ def dequantize(qt: QuantizedTensor, *, device: Device | None = None) -> np.ndarr
     if device is not None and device is not qt.device:
         raise ValueError("device must be the QuantizedTensor's own device (or None)")
     dev = qt.device
+    c.not_recorded(dev, "vkcore.dequantize", "it returns a numpy array computed during the call")
     m, n = qt.shape
     y_rows = storage.rows_per_buffer(dev, 4 * n, "one row of the result of dequantize(qt)")
     out, direct = _result(dev, m, n)
