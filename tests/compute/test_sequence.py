@@ -360,12 +360,16 @@ def test_device_seconds_is_none_without_timestamps(device, rng, monkeypatch):
 
 
 def _interrupt_after(monkeypatch, call):
-    """KeyboardInterrupt raised as the sequence module checks the result of ``call``:
-    what a Ctrl-C arriving just after that driver call returned does."""
+    """KeyboardInterrupt raised as the sequence module (or the device's part in
+    sequences, which makes their fences) checks the result of ``call``: what a Ctrl-C
+    arriving just after that driver call returned does."""
     import sys
 
-    module = sys.modules["vkcore.compute.sequence"]
-    real = module._vk
+    modules = [
+        sys.modules["vkcore.compute.sequence"],
+        sys.modules["vkcore.device.submit.recording"],
+    ]
+    real = modules[0]._vk
 
     class Interrupting:
         def __getattr__(self, name):
@@ -375,11 +379,13 @@ def _interrupt_after(monkeypatch, call):
         def check(result, name):
             value = real.check(result, name)
             if name == call:
-                monkeypatch.setattr(module, "_vk", real)  # once
+                for module in modules:
+                    monkeypatch.setattr(module, "_vk", real)  # once
                 raise KeyboardInterrupt(f"after {name}")
             return value
 
-    monkeypatch.setattr(module, "_vk", Interrupting())
+    for module in modules:
+        monkeypatch.setattr(module, "_vk", Interrupting())
 
 
 @pytest.mark.parametrize("call", ["vkCreateFence", "vkResetFences", "vkQueueSubmit"])
@@ -388,6 +394,7 @@ def test_ctrl_c_at_the_end_of_the_block_frees_nothing_in_use(device, rng, monkey
     runs (the validation layer reports a freed in-use object; lavapipe crashed), and
     the device keeps giving right answers."""
     x = vkcore.asarray(_x(rng, (8, 30_000)), device=device)
+    monkeypatch.setitem(device.submitter._spare, "fence", [])  # a fence is created
     _interrupt_after(monkeypatch, call)
     with pytest.raises(KeyboardInterrupt), vkcore.sequence(device=device) as seq:
         for _ in range(4):

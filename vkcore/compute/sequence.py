@@ -35,7 +35,6 @@ Rules:
 from __future__ import annotations
 
 import threading
-import weakref
 from collections.abc import Sequence as Steps
 from typing import Any
 
@@ -43,6 +42,7 @@ from vkcore import _vk
 from vkcore.device.context import ctrl_c_deferred
 from vkcore.device.device import Device, resolve
 from vkcore.device.memory.buffer import Buffer
+from vkcore.device.memory.holds import Claim
 from vkcore.device.submit import commands
 from vkcore.device.submit.commands import Dispatch
 
@@ -71,6 +71,8 @@ class Sequence:
         self.steps: list[Dispatch] = []
         self.state = "new"
         self._held: dict[int, Buffer] = {}  # id -> every buffer a step binds
+        self._written: set[int] = set()  # ids of the buffers a step may write
+        self._claim = Claim(self)  # on every held buffer; in flight while the work may run
         self._sets: list[Any] = []
         self._cb: Any = None
         self._fence: Any = None
@@ -79,12 +81,18 @@ class Sequence:
         self._stamps: Any = None  # where the two timestamps are read into
         self._submit: Any = None
         self._keep: Any = None
-        self._lock = threading.RLock()  # wait and run: one thread at a time
+        # vkQueueSubmit is called (or about to be) and its result is not known yet: the
+        # work may or may not be on the queue, so finishing it waits for the queue.
+        self._pending = False
+        self._serial = 0  # submissions so far: a wait ends only the one it waited for
+        self._ran = False  # a submission is known to have run (its timestamps are written)
+        self._lock = threading.RLock()  # run: one replay at a time
 
     # ------------------------------------------------------------------ recording
     def __enter__(self) -> Sequence:
         if self.state != "new":
             raise RuntimeError(f"this sequence was already used ({self.state}); make a new one")
+        self.device.check()
         self.device.submitter.start_recording(self)
         self.state = _RECORDING
         return self
@@ -95,10 +103,12 @@ class Sequence:
             raise RuntimeError(f"this sequence is {self.state}, not recording")
         commands.check_dispatches(dispatches)
         for d in dispatches:
-            for buf in d.buffers:
+            for buf, access in zip(d.buffers, d.pipeline.access, strict=True):
                 if id(buf) not in self._held:
                     self._held[id(buf)] = buf
-                    buf.hold(self)
+                    buf.hold(self._claim)
+                if access == "write":
+                    self._written.add(id(buf))
         self.steps.extend(dispatches)
 
     def __exit__(self, exc_type: Any, *exc: object) -> None:
@@ -118,11 +128,11 @@ class Sequence:
             self.wait()
 
     def _discard(self) -> None:
-        if self.state == _SUBMITTED:  # interrupted after the submission: let the work end
-            with ctrl_c_deferred():
-                self.wait()
-        self.state = _DISCARDED
-        self._free()
+        """Let the work end if it was submitted (wherever the exception came from), then
+        free everything."""
+        with self.device.lock:
+            self._free()
+            self.state = _DISCARDED
 
     # ------------------------------------------------------------------ submission
     def _record(self) -> None:
@@ -130,16 +140,10 @@ class Sequence:
         sub = dev.submitter
         with dev.lock:
             dev.check()
-            keep = _vk.Keep()
-            fence = dev.ffi.new("VkFence*")
             # Adopted since start_recording: a failure's _free() finds what was made.
             # Each handle is stored as soon as it exists: a Ctrl-C between the creating
             # call and the store would lose it.
-            with ctrl_c_deferred():
-                info = keep.struct("VkFenceCreateInfo")
-                result = dev.lib.vkCreateFence(dev.handle, info, dev.ffi.NULL, fence)
-                self._fence = fence[0]  # NULL (destroying it is a no-op) if it failed
-            _vk.check(result, "vkCreateFence")
+            self._fence = sub.take("fence")
             self._fences = dev.ffi.new("VkFence[1]", [self._fence])
             with ctrl_c_deferred():
                 self._cb = sub.allocate_command_buffer()
@@ -147,8 +151,7 @@ class Sequence:
                 sub.descriptor_sets(self.steps, self._sets)
             if sub.timestamps:
                 self._stamps = dev.ffi.new("uint64_t[2]")
-                with ctrl_c_deferred():
-                    self._queries = commands.create_timestamp_pool(dev)
+                self._queries = sub.take("queries")
             commands.record_dispatches(
                 dev, self._cb, self.steps, self._sets, query_pool=self._queries, one_time=False
             )
@@ -160,44 +163,103 @@ class Sequence:
 
     def _submit_now(self) -> None:
         dev = self.device
+        sub = dev.submitter
         with dev.lock:
             dev.check()
+            if self._submit is None or self.state in (_RELEASED, _DISCARDED):
+                raise RuntimeError(f"this sequence was {self.state}: there is nothing to replay")
+            sub.reap()
             _vk.check(dev.lib.vkResetFences(dev.handle, 1, self._fences), "vkResetFences")
-            # Submitted is recorded before anything else can raise (a Ctrl-C included):
-            # whatever fails from here on, nothing the work uses is freed while it runs.
-            with ctrl_c_deferred():
-                result = dev.lib.vkQueueSubmit(dev.queue, 1, self._submit, self._fence)
-                if result >= 0:
-                    self.state = _SUBMITTED
-            _vk.check(result, "vkQueueSubmit")
+            # From here until the result is known, whatever is raised (Ctrl-C, a signal
+            # handler's exception, a trace hook's), the work counts as in flight: the
+            # claim defers every free of its buffers, the device keeps this sequence
+            # alive, and finishing it waits for the queue (_settle).
+            before = self.state
+            self._pending = True
+            self._claim.in_flight = True
+            sub.track(self)
+            self._serial += 1
+            self.state = _SUBMITTED
+            result = dev.lib.vkQueueSubmit(dev.queue, 1, self._submit, self._fence)
+            if result >= 0:
+                self._pending = False  # the fence will signal: waits wait for it
+            else:
+                self._finished(ran=False)  # nothing was submitted
+                self.state = before
+        _vk.check(result, "vkQueueSubmit")
+
+    def _finished(self, ran: bool) -> None:
+        """The latest submission has finished (``ran``) or never reached the queue."""
+        self._pending = False
+        self._ran = self._ran or ran
+        self.state = _DONE
+        self._claim.in_flight = False
+        self.device.submitter.untrack(self)
+
+    def _settle(self) -> None:
+        """Finish a submission whose result was lost: once the queue is idle nothing of it
+        runs, and the fence (reset before the submission) says whether it ran at all."""
+        dev = self.device
+        with dev.lock:
+            if self.state != _SUBMITTED:
+                return
+            _vk.check(dev.lib.vkQueueWaitIdle(dev.queue), "vkQueueWaitIdle")
+            self._finished(ran=dev.lib.vkGetFenceStatus(dev.handle, self._fence) == 0)
+
+    def _require_device(self) -> None:
+        """A submitted sequence is only usable on its open device (after ``os.fork()`` the
+        child's copy says the device belongs to the parent)."""
+        if self.device.closed and self.state in (_SUBMITTED, _DONE):
+            raise RuntimeError(self.device.closed_reason())
 
     def done(self) -> bool:
         """True once the submitted work has finished (False while it runs)."""
+        self._require_device()
         if self.state == _SUBMITTED:
             dev = self.device
             with dev.lock:
-                if (
-                    self.state == _SUBMITTED
-                    and dev.lib.vkGetFenceStatus(dev.handle, self._fence) == 0
-                ):
-                    self.state = _DONE
+                if self.state != _SUBMITTED:
+                    pass
+                elif self._pending:
+                    self._settle()
+                elif dev.lib.vkGetFenceStatus(dev.handle, self._fence) == 0:
+                    self._finished(ran=True)
         return self.state == _DONE
 
     def wait(self) -> None:
         """Wait until the submitted work has finished (nothing to wait for otherwise)."""
-        if self.state != _SUBMITTED:
-            if self.state in (_RECORDING, "new"):
-                raise RuntimeError("this sequence has not been submitted yet (end its with block)")
-            return
+        if self.state in (_RECORDING, "new"):
+            raise RuntimeError("this sequence has not been submitted yet (end its with block)")
+        self._require_device()
         dev = self.device
-        with self._lock:  # one waiter at a time; others find it done
+        with dev.lock:
             if self.state != _SUBMITTED:
                 return
-            _vk.check(
-                dev.lib.vkWaitForFences(dev.handle, 1, self._fences, 1, 2**63 - 1),
-                "vkWaitForFences",
-            )
-            self.state = _DONE
+            if self._pending:
+                self._settle()
+                return
+            handle, fences, serial = dev.handle, self._fences, self._serial
+        # Outside the device lock: other threads keep submitting meanwhile. The fence
+        # belongs to the device until it closes (never destroyed under this wait), and
+        # the state changes only if no replay was submitted since.
+        _vk.check(dev.lib.vkWaitForFences(handle, 1, fences, 1, 2**63 - 1), "vkWaitForFences")
+        with dev.lock:
+            if self.state == _SUBMITTED and self._serial == serial:
+                self._finished(ran=True)
+
+    def _finish_locked(self) -> None:
+        """With the device lock held: wait for work that may still run (before a free)."""
+        if not self._claim.in_flight:
+            return
+        dev = self.device
+        if self._pending or self.state != _SUBMITTED:
+            _vk.check(dev.lib.vkQueueWaitIdle(dev.queue), "vkQueueWaitIdle")
+            self._finished(ran=dev.lib.vkGetFenceStatus(dev.handle, self._fence) == 0)
+            return
+        _vk.check(
+            dev.lib.vkWaitForFences(dev.handle, 1, self._fences, 1, 2**63 - 1), "vkWaitForFences"
+        )
+        self._finished(ran=True)
 
     @property
     def device_seconds(self) -> float | None:
@@ -205,12 +267,13 @@ class Sequence:
         for it); None before it ran, after release, or where the queue has no
         timestamps. The first timestamp precedes the wait for earlier submissions, so a
         sequence submitted behind others still running counts their remaining time."""
-        if self.state == _SUBMITTED:
-            self.wait()
-        if self.state != _DONE or self._queries is None:
+        if self.state in (_RECORDING, "new"):
             return None
+        self.wait()
         dev = self.device
         with dev.lock:
+            if self.state != _DONE or self._queries is None or not self._ran:
+                return None
             return commands.elapsed_seconds(dev, self._queries, self._stamps)
 
     def run(self) -> None:
@@ -219,55 +282,70 @@ class Sequence:
             raise RuntimeError("run() replays a submitted sequence: end its with block first")
         if self.state in (_DISCARDED, _RELEASED):
             raise RuntimeError(f"this sequence was {self.state}: there is nothing to replay")
+        self._require_device()
         with self._lock:  # a command buffer is resubmitted only once it has finished
             self.wait()
             self._submit_now()
             self.wait()
 
     # ------------------------------------------------------------------ buffers
-    def before_host_access(self, reading: bool) -> None:
+    def before_host_access(self, buffer: Any, reading: bool) -> None:
         """Called by a held buffer before the host reads or writes it."""
-        if self.state == _RECORDING and reading:
-            raise RuntimeError(
-                "this result is read before its sequence was submitted: read it after the "
-                "`with vkcore.sequence()` block"
-            )
         if self.state == _RECORDING:
+            written = id(buffer) in self._written
+            if reading and not written:
+                return  # an input the steps only read: nothing has changed it yet
+            if reading:
+                raise RuntimeError(
+                    "this result is read before its sequence was submitted: read it after "
+                    "the `with vkcore.sequence()` block"
+                )
             raise RuntimeError(
-                "this buffer is used by steps of the sequence being recorded, which would "
-                "read the new data at submission: write it before the with block (or use "
-                "another Tensor)"
+                f"this buffer is {'written' if written else 'read'} by steps of the sequence "
+                "being recorded, which run at submission, after this write: write it before "
+                "the with block (or use another Tensor)"
             )
         if self.state == _SUBMITTED:
             self.wait()
+        elif self.state == _DONE:
+            self._require_device()
 
     def release(self) -> None:
-        """Free the command buffer, fence and descriptor sets (after waiting for the work)
-        and let go of the buffers; idempotent. Collected sequences release themselves."""
-        if self.state == _SUBMITTED:
-            self.wait()
-        if self.state != _DISCARDED:
-            self.state = _RELEASED
-        self._free()
+        """Free the command buffer and descriptor sets and give the fence back (after
+        waiting for the work), and let go of the buffers; idempotent. Collected sequences
+        release themselves."""
+        dev = self.device
+        if self.state == _SUBMITTED and not dev.closed:
+            self.wait()  # outside the device lock, as any wait
+        with dev.lock:
+            self._free()
+            if self.state != _DISCARDED:
+                self.state = _RELEASED
 
     def _free(self) -> None:
+        """Each handle is taken off this object before it is freed or given back: an
+        exception partway leaves it to the device's close, never freed twice."""
         dev = self.device
+        sub = dev.submitter
         with dev.lock:
             if dev.handle is not None:
-                if self._sets:
-                    dev.submitter.free_sets(self._sets)
-                    self._sets = []
-                if self._cb is not None:
-                    dev.submitter.free_command_buffer(self._cb)
-                if self._fence is not None:
-                    dev.lib.vkDestroyFence(dev.handle, self._fence, dev.ffi.NULL)
-                if self._queries is not None:
-                    dev.lib.vkDestroyQueryPool(dev.handle, self._queries, dev.ffi.NULL)
+                self._finish_locked()  # nothing is freed while the device may use it
+                sets, self._sets = self._sets, []
+                sub.free_sets(sets)
+                cb, self._cb, self._submit = self._cb, None, None
+                if cb is not None:
+                    sub.free_command_buffer(cb)
+                fence, self._fence = self._fence, None
+                sub.give_back("fence", fence)
+                queries, self._queries = self._queries, None
+                sub.give_back("queries", queries)
             self._cb = self._fence = self._submit = self._queries = None
-            dev.submitter.disown(self)
+            self._sets = []
+            self._claim.in_flight = False
+            sub.disown(self)
             held, self._held = self._held, {}
         for buf in held.values():
-            buf.unhold(self)
+            buf.unhold(self._claim)
 
     def __del__(self) -> None:
         try:
@@ -278,7 +356,3 @@ class Sequence:
 
     def __repr__(self) -> str:
         return f"vkcore.Sequence({len(self.steps)} steps, {self.state})"
-
-
-def _weak(seq: Sequence) -> weakref.ref[Sequence]:
-    return weakref.ref(seq)

@@ -19,7 +19,7 @@ import logging
 import signal
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -251,6 +251,17 @@ class DeviceContext(StateOwner):
     @property
     def closed(self) -> bool:
         return self._closed
+
+    # A submission an exception cut short may still use memory: the submitter sets the
+    # flag, and the owner (vkcore.Device) the function that finishes such a submission.
+    submission_unsettled = False
+    settle_submission: Callable[[], None] | None = None
+
+    def before_free(self) -> None:
+        """Called before a buffer's memory is freed or handed to other work: finishes a
+        submission an exception cut short, which may still use it (nothing otherwise)."""
+        if self.submission_unsettled and self.settle_submission is not None:
+            self.settle_submission()
 
     def wait_idle(self) -> None:
         with self.lock:

@@ -106,6 +106,7 @@ class Device(DeviceContext):
         super().__init__(selector, validation=validation)  # destroys itself if it fails
         try:
             self._submitter = Submitter(self)
+            self.settle_submission = self._submitter.settle_cut_short
             self._transfers = Transfers(self, self._submitter)
             persist = (
                 config.env_flag("VKCORE_PIPELINE_CACHE", True)
@@ -232,6 +233,9 @@ class Device(DeviceContext):
         layouts.
         """
         with self.lock:
+            sub = getattr(self, "submitter", None)
+            if sub is not None and not self._closed:
+                sub.reap()  # sequences dropped in flight that have finished
             buffers = self.live_buffers()
             pipelines = [p for p in self._pipelines.values() if p.handle is not None]
             sub, cache = self._submitter, self._pipeline_cache
@@ -303,6 +307,9 @@ class Device(DeviceContext):
         for pipe in self._pipelines.values():
             pipe.module = pipe.set_layout = pipe.layout = pipe.handle = None
         self._pipelines.clear()
+        submitter = getattr(self, "submitter", None)
+        if submitter is not None:
+            submitter.abandon_sequences()
         super()._abandon()
 
     def __del__(self) -> None:

@@ -86,6 +86,16 @@ def recording(device: Device) -> bool:
     return device.recording
 
 
+def not_recorded(device: Device, call: str, why: str) -> None:
+    """RuntimeError naming ``call`` while a sequence records on ``device``: the call needs
+    device results on the host before it returns (``why``), which a recording never has."""
+    if recording(device):
+        raise RuntimeError(
+            f"{call} cannot be recorded in a vkcore.sequence: {why}; call it before "
+            "or after the `with vkcore.sequence()` block"
+        )
+
+
 def as_recorded(data: Any, device: Device) -> Any:
     """``data`` as a Tensor on ``device`` inside a recording sequence (numpy uploaded
     now: a host write at submission time would be too late), else unchanged."""

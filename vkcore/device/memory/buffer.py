@@ -381,9 +381,10 @@ class Buffer(Held):
         with dev.lock, self._lock:
             if self.handle is None:
                 return
-            if any(r() is not None for r in self._holders):  # freed when the last lets go
+            if self.held:  # freed when the last holder lets go (and its work has finished)
                 self._destroy_when_free = True
                 return
+            dev.before_free()  # no submission cut short still uses this memory
             pool = self._return_to
             if pool is not None and pool.take_back(self):
                 return

@@ -102,6 +102,7 @@ class BufferPool:
         with self.device.lock:
             if not buf.alive or buf.defer_release(self):  # a sequence binds it: later
                 return
+            self.device.before_free()  # no submission cut short still uses it
             if buf.nbytes > self.max_bytes:
                 buf.destroy()
                 return

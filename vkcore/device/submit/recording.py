@@ -1,5 +1,19 @@
 """Which sequence (:mod:`vkcore.sequence`) records this thread's submissions to a device,
-and which recorded sequences are still alive: the Submitter's part in sequences."""
+which recorded sequences are still alive, and which may still run: the Submitter's part
+in sequences.
+
+Everything the device may still be using is reachable from the device: a submitted
+sequence is kept here (strongly) from before its ``vkQueueSubmit`` until its work is seen
+to have finished, so the collector cannot free it, or the buffers, descriptor sets and
+pipelines it holds, while the device runs it, whatever the order it would run
+finalizers in. A sequence dropped while in flight is let go by the next submission (or
+``Device.live_objects``) that finds it finished, and then collected as usual.
+
+The fences and timestamp query pools of sequences are the device's too: a released
+sequence gives them back for the next one, and the device destroys them all when it
+closes. So a thread still waiting on a released sequence's fence never waits on a
+destroyed one, and a release cut short by an exception leaves nothing behind at close.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +21,23 @@ import threading
 import weakref
 from typing import Any
 
+from vkcore import _vk
+from vkcore.device.context import DeviceContext, ctrl_c_deferred
+from vkcore.device.submit import commands
+
 
 class SequenceHooks:
     """Mixed into :class:`vkcore.device.submit.submitter.Submitter`."""
 
+    device: DeviceContext
+
     def _init_recording(self) -> None:
         self._local = threading.local()  # .sequence: the one recording on this thread
         self._sequences: weakref.WeakSet[Any] = weakref.WeakSet()  # recorded, not released
+        self._submitted: dict[int, Any] = {}  # id -> a sequence whose work may still run
+        # Per kind ("fence", "queries"): every handle made for sequences, and those free.
+        self._owned: dict[str, list[Any]] = {"fence": [], "queries": []}
+        self._spare: dict[str, list[Any]] = {"fence": [], "queries": []}
 
     def start_recording(self, sequence: Any) -> None:
         """Send this thread's submissions to ``sequence`` (its ``add``) until stopped."""
@@ -36,3 +60,75 @@ class SequenceHooks:
 
     def disown(self, sequence: Any) -> None:
         self._sequences.discard(sequence)
+        self._submitted.pop(id(sequence), None)
+
+    # ------------------------------------------------------------------ in flight
+    def track(self, sequence: Any) -> None:
+        """``sequence`` is about to be submitted: keep it alive until :meth:`untrack`."""
+        self._submitted[id(sequence)] = sequence
+
+    def untrack(self, sequence: Any) -> None:
+        """``sequence``'s work has finished (or was never submitted)."""
+        self._submitted.pop(id(sequence), None)
+
+    def reap(self) -> None:
+        """Let go of the tracked sequences whose work has finished (each one's ``done()``
+        untracks it); a dropped one is collected then."""
+        if self._submitted:
+            with self.device.lock:
+                for sequence in list(self._submitted.values()):
+                    sequence.done()
+
+    def sequences(self) -> list[Any]:
+        """Every sequence not yet released: those recorded and those in flight."""
+        found = {id(s): s for s in self._sequences}
+        found.update(self._submitted)
+        return list(found.values())
+
+    def abandon_sequences(self) -> None:
+        """In a forked child: forget the parent's sequences and their objects (no Vulkan
+        call; each sequence says its device belongs to the parent when used)."""
+        self._sequences = weakref.WeakSet()
+        self._submitted = {}
+        self._owned = {"fence": [], "queries": []}
+        self._spare = {"fence": [], "queries": []}
+
+    # ------------------------------------------------------------------ objects
+    def take(self, kind: str) -> Any:
+        """A ``kind`` ("fence", unsignalled or not; "queries": two timestamps) for a
+        sequence: a spare one, else a new one the device owns from now on."""
+        spare = self._spare[kind]
+        if spare:
+            return spare.pop()
+        dev = self.device
+        if kind == "queries":
+            with ctrl_c_deferred():
+                handle = commands.create_timestamp_pool(dev)
+                self._owned[kind].append(handle)
+            return handle
+        keep = _vk.Keep()
+        out = dev.ffi.new("VkFence*")
+        info = keep.struct("VkFenceCreateInfo")
+        with ctrl_c_deferred():
+            result = dev.lib.vkCreateFence(dev.handle, info, dev.ffi.NULL, out)
+            if result == 0:
+                self._owned[kind].append(out[0])
+        _vk.check(result, "vkCreateFence")
+        return out[0]
+
+    def give_back(self, kind: str, handle: Any) -> None:
+        """A handle from :meth:`take` that its sequence no longer uses."""
+        if handle is not None and any(h == handle for h in self._owned[kind]):
+            self._spare[kind].append(handle)
+
+    def destroy_sequence_objects(self) -> None:
+        """Destroy every fence and query pool made for sequences (the device is closing)."""
+        dev = self.device
+        for kind, destroy in (
+            ("fence", dev.lib.vkDestroyFence),
+            ("queries", dev.lib.vkDestroyQueryPool),
+        ):
+            owned = self._owned[kind]
+            self._spare[kind] = []
+            while owned:
+                destroy(dev.handle, owned.pop(), dev.ffi.NULL)

@@ -24,6 +24,7 @@ from vkcore.errors import result_code
 
 _VK_TIMEOUT = result_code("VK_TIMEOUT")
 _WAIT_SLICE_NS = 100_000_000  # wake up to let Python handle Ctrl-C
+_SETTLE_TRIES = 16  # exceptions held back while settling before one is let through
 # Descriptor sets in the pool: sets are freed after each submission, so this bounds one call.
 _MAX_SETS = 1024
 # Recorded command buffers kept for repeated calls on long-lived buffers (see Submitter.run).
@@ -66,7 +67,7 @@ class Submitter(SequenceHooks):
         self._recorded: OrderedDict[tuple[Any, ...], _Recorded] = OrderedDict()
         self._keys = commands.ReuseKeys()
         self._init_recording()
-        self._in_flight = False  # submitted, fence not yet waited for and reset
+        self._in_flight = False
         try:
             self._create()
         except BaseException:
@@ -140,6 +141,7 @@ class Submitter(SequenceHooks):
         timed = timed and self.timestamps
         with dev.lock:
             dev.check()
+            self.reap()  # sequences dropped in flight that have finished since
             key = self._keys.of(dispatches, timed)
             self._seconds, self._seconds_pending = None, False
             if key is not None:
@@ -247,6 +249,7 @@ class Submitter(SequenceHooks):
                 self._release_recorded(self._recorded.popitem()[1])
 
     def free_command_buffer(self, cb: Any) -> None:
+        self.settle_cut_short()
         dev = self.device
         arr = dev.ffi.new("VkCommandBuffer[1]", [cb])
         dev.lib.vkFreeCommandBuffers(dev.handle, self.command_pool, 1, arr)
@@ -274,13 +277,15 @@ class Submitter(SequenceHooks):
 
     def free_sets(self, sets: list[Any]) -> None:
         if sets:
+            self.settle_cut_short()
             commands.free_sets(self.device, self.descriptor_pool, sets)
             self.live_descriptor_sets -= len(sets)
 
     def _submit_and_wait(self, cb: Any = None, submit: Any = None) -> None:
-        """Submit and wait for the fence. Whatever fails or is interrupted, the submission
-        is finished (no buffer it uses is freed in flight) and the fence reset before this
-        returns or raises; a Ctrl-C during the wait is re-raised once the work is done."""
+        """Submit and wait for the fence. Whatever fails or is raised (Ctrl-C, a signal
+        handler's or a trace hook's exception), the submission is finished (no buffer it
+        uses is freed in flight) and the fence reset before this returns or raises; a
+        Ctrl-C during the wait is re-raised once the work is done."""
         dev = self.device
         lib = dev.lib
         if self._in_flight:  # an earlier submission was cut short before it was settled
@@ -289,18 +294,17 @@ class Submitter(SequenceHooks):
             keep = _vk.Keep()
             cbs = keep.new("VkCommandBuffer[1]", [self.command_buffer if cb is None else cb])
             submit = keep.struct("VkSubmitInfo", commandBufferCount=1, pCommandBuffers=cbs)
+        # In flight from before the call until the fence is reset: an exception anywhere
+        # in between settles it here, or (if even that is cut short) before anything is
+        # freed or reused (settle_cut_short) and before the next submission.
         self._in_flight = True
+        interrupted: list[BaseException] = []
         try:
             result = lib.vkQueueSubmit(dev.queue, 1, submit, self.fence)
-        except BaseException:  # raised as the call returned (Ctrl-C): its result is lost
-            self._settle()
-            raise
-        if result < 0:
-            self._in_flight = False  # nothing was submitted; the fence is untouched
-            _vk.check(result, "vkQueueSubmit")
-        interrupted: list[BaseException] = []
-        fences = self._fences
-        try:
+            if result < 0:
+                self._in_flight = False  # nothing was submitted; the fence is untouched
+                _vk.check(result, "vkQueueSubmit")
+            fences = self._fences
             while True:
                 try:
                     result = lib.vkWaitForFences(dev.handle, 1, fences, 1, _WAIT_SLICE_NS)
@@ -311,26 +315,44 @@ class Submitter(SequenceHooks):
                 except KeyboardInterrupt as exc:  # finish the wait, then raise it
                     interrupted.append(exc)
             _vk.check(lib.vkResetFences(dev.handle, 1, fences), "vkResetFences")
+            self._in_flight = False
         except BaseException:
-            self._settle()
+            if self._in_flight:
+                self._settle()
             raise
-        self._in_flight = False
         _raise_deferred(interrupted)
 
     def _settle(self) -> None:
-        """After a submission cut short: wait until the queue is idle, then reset the fence
-        (a Ctrl-C meanwhile is raised once both are done)."""
+        """After a submission cut short: wait until the queue is idle, then reset the fence.
+        An exception meanwhile (Ctrl-C, a signal handler's) is raised once both are done."""
         dev = self.device
         interrupted: list[BaseException] = []
-        while True:
+        for _ in range(_SETTLE_TRIES):
             try:
                 dev.lib.vkQueueWaitIdle(dev.queue)
                 dev.lib.vkResetFences(dev.handle, 1, self._fences)
+                self._in_flight = False
                 break
-            except KeyboardInterrupt as exc:
+            except BaseException as exc:  # noqa: BLE001 - raised below, once settled
                 interrupted.append(exc)
-        self._in_flight = False
         _raise_deferred(interrupted)
+
+    @property
+    def _in_flight(self) -> bool:
+        """Submitted, fence not yet waited for and reset (kept on the device context, so
+        that freeing memory checks it without a call: DeviceContext.before_free)."""
+        return self.device.submission_unsettled
+
+    @_in_flight.setter
+    def _in_flight(self, value: bool) -> None:
+        self.device.submission_unsettled = value
+
+    def settle_cut_short(self) -> None:
+        """Finish a submission an exception cut short (before what it uses is freed)."""
+        if self._in_flight:
+            with self.device.lock:
+                if self._in_flight:
+                    self._settle()
 
     # ------------------------------------------------------------------ copies
     def copy(self, src: Buffer, src_offset: int, dst: Buffer, dst_offset: int, nbytes: int) -> None:
@@ -358,8 +380,9 @@ class Submitter(SequenceHooks):
         ffi, lib = dev.ffi, dev.lib
         if dev.handle is None:
             return
-        for sequence in list(self._sequences):  # their fences and sets, before the pools
+        for sequence in self.sequences():  # their sets and command buffers, before the pools
             sequence.release()
+        self.destroy_sequence_objects()
         if self.command_pool is not None:
             self.drop_recorded()
         if self.query_pool is not None:

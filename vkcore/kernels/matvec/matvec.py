@@ -57,9 +57,10 @@ def matvec_f32(w: Any, x: Any, *, bias: Any = None, device: Device | None = None
     (already resident). ``x``: numpy vector or Tensor of length n; numpy in, numpy out.
     An ``x`` of shape ``(n, b)`` is a batch: :func:`vkcore.kernels.matvec.batch.matvec_f32`.
     """
-    if batch.is_batch(x):  # all b columns in one call
-        return batch.matvec_f32(w, x, bias=bias, device=device)
-    with f32_weights(w, device) as mat:
+    with f32_weights(w, device) as mat:  # inside a sequence: numpy uploaded as Tensors
+        x, bias = c.as_recorded(x, mat.device), c.as_recorded(bias, mat.device)
+        if batch.is_batch(x):  # all b columns in one call
+            return batch.matvec_f32(mat, x, bias=bias, device=device)
         return run(mat, x, bias, MODE_F32)
 
 
@@ -95,6 +96,7 @@ def integer_accumulators(qt: QuantizedTensor, x: Any, activations: str = "int8")
     if activations not in ("int8", "uint8"):
         raise ValueError(f"activations must be 'int8' or 'uint8', got {shown(activations)}")
     check_call(qt, activations, None)
+    c.not_recorded(qt.device, "integer_accumulators", "it returns numpy accumulators")
     y = run(qt, x, None, MODES[activations], out_acc=True)
     arr = (y.numpy() if isinstance(y, Tensor) else y).view(np.int32)
     return arr.reshape(qt.shape[0], -1) if mg.groups(qt) > 1 else arr

@@ -43,6 +43,7 @@ def dequantize(qt: QuantizedTensor, *, device: Device | None = None) -> np.ndarr
         raise TypeError(f"qt must be a vkcore.QuantizedTensor, got {type(qt).__name__}")
     qt.check_usable()
     dev = device_for(qt.device, device, "QuantizedTensor")
+    c.not_recorded(dev, "vkcore.dequantize", "it returns a numpy array computed during the call")
     m, n = qt.shape
     y_rows = storage.rows_per_buffer(dev, 4 * n, "one row of the result of dequantize(qt)")
     out, direct = _result(dev, m, n)

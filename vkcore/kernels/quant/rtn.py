@@ -118,7 +118,11 @@ def quantize(
     w_rows = min(q_rows, storage.rows_per_buffer(dev, 4 * n, "one row of w as float32"))
 
     def fill(chunks: list[Chunk]) -> tuple[np.ndarray, np.ndarray]:
-        if symmetric and per_channel and _rows_on_device(dev, w32, layout):
+        # The scales from the device are read back during the call: not inside a
+        # sequence, where the host computes them (the same values) and the codes are
+        # recorded.
+        recorded = c.recording(dev)
+        if symmetric and per_channel and not recorded and _rows_on_device(dev, w32, layout):
             return _quantize_rows(dev, arr, w32, chunks, w_rows, layout)
         if group_size is None:
             hi, lo = row_range(arr, w32)
@@ -224,16 +228,28 @@ def _for_weight_slices(
     dev: Device, w32: np.ndarray, chunks: list[Chunk], w_rows: int, run: SliceRunner
 ) -> None:
     """``run(src, offset, chunk, start, rows)`` over slices of ``w32`` that fit one
-    binding: the array's own pages imported where possible, else a reused staging buffer."""
-    import_rows = _import_rows(dev, w32, w_rows)
+    binding: the array's own pages imported where possible, else a reused staging buffer.
+    Inside a sequence each slice is uploaded to a buffer of its own when recorded (the
+    steps run later: no staging reused for the next slice, no pages the caller may
+    change before the submission)."""
+    recorded = c.recording(dev)
+    import_rows = 0 if recorded else _import_rows(dev, w32, w_rows)
     pool = buffer_pool(dev)  # a reused staging buffer: no fresh pages to fault in
     staging = None
-    if not import_rows:
+    if not import_rows and not recorded:
         staging = pool.acquire(min(w32.shape[0], w_rows) * w32.shape[1] * 4)
     try:
         for ch in chunks:
             for start, rows in row_slices(ch.rows, import_rows or w_rows):
                 part = w32[ch.row0 + start : ch.row0 + start + rows]
+                if recorded:
+                    src = pool.acquire(part.nbytes)
+                    try:
+                        src.write(part)
+                        run(src, 0, ch, start, rows)
+                    finally:
+                        pool.release(src)  # held by the sequence until it is released
+                    continue
                 if staging is not None:
                     staging.write(part)
                     run(staging, 0, ch, start, rows)

@@ -96,7 +96,7 @@ def _normalized(
                 "a Tensor is normalized over its last axes only (axis=-1, a tuple of the "
                 f"last axes, or None), got axis={shown(axis)}"
             )
-        return _softmax_tensor(data, len(row_axes), algorithm, log, _tensor_out(out, data))
+        return _softmax_tensor(data, len(row_axes), algorithm, log, _tensor_out(out, data, x))
     dev = resolve(device)
     if isinstance(out, Tensor):
         raise TypeError("out must be a numpy array for a numpy x (a Tensor out takes a Tensor x)")
@@ -132,12 +132,19 @@ def _separate_or_same(a: np.ndarray, b: np.ndarray) -> bool:
     return same_start and a.nbytes == b.nbytes and a.flags.c_contiguous and b.flags.c_contiguous
 
 
-def _tensor_out(out: Any, x: Tensor) -> Tensor | None:
-    """``out`` checked for a Tensor input: None, or a float32 Tensor like ``x``."""
+def _tensor_out(out: Any, x: Tensor, given: Any) -> Tensor | None:
+    """``out`` checked for a Tensor input (``given``, or a numpy ``given`` uploaded as
+    ``x`` inside a sequence): None, or a float32 Tensor like ``x``."""
     if out is None:
         return None
     if not isinstance(out, Tensor):
-        raise TypeError(f"out must be a vkcore.Tensor for a Tensor x, got {type(out).__name__}")
+        why = (
+            "for a Tensor x"
+            if isinstance(given, Tensor)
+            else "inside a vkcore.sequence (a numpy x is uploaded as a Tensor when recorded "
+            "and the result computed at submission)"
+        )
+        raise TypeError(f"out must be a vkcore.Tensor {why}, got {type(out).__name__}")
     check_on_device(out.device, x.device, "out", "x's")
     if out.dtype != np.float32 or out.shape != x.shape:
         raise ValueError(
