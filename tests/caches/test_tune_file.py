@@ -162,4 +162,5 @@ def test_the_store_imports_no_kernel_and_not_the_tuner():
         "vkcore.base.per_device",
         "vkcore.device.device",
         "vkcore.device.pipelines.cache_file",
+        "vkcore.errors",  # shown
     }, ours
