@@ -331,7 +331,7 @@ def test_device_seconds_of_a_sequence(device, rng):
     """Timestamps around the steps: positive, within the wall time, renewed by a replay,
     None before submission and after release."""
     x = vkcore.asarray(_x(rng, (64, 4096)), device=device)
-    with vkcore.sequence(device=device, wait=False) as seq:
+    with vkcore.sequence(device=device, wait=False, timed=True) as seq:
         probs = vkcore.softmax(x)
         vkcore.log_softmax(probs)
         assert seq.device_seconds is None  # recording: nothing ran
@@ -353,22 +353,71 @@ def test_device_seconds_of_a_sequence(device, rng):
 def test_device_seconds_is_none_without_timestamps(device, rng, monkeypatch):
     monkeypatch.setattr(device.submitter, "timestamps", False)
     x = vkcore.asarray(_x(rng), device=device)
-    with vkcore.sequence(device=device) as seq:
+    with vkcore.sequence(device=device, timed=True) as seq:
         vkcore.softmax(x)
     assert seq.device_seconds is None
     seq.release()
 
 
+@pytest.mark.parametrize("how", ["default", "timed=False", "timed device, timed=False"])
+def test_an_untimed_sequence_records_no_timestamp(device, rng, monkeypatch, how):
+    """Timestamps only when asked: an untimed sequence takes no query pool, writes no
+    timestamp and reports no device time; a timed device times sequences by default."""
+    written = []
+    real = device.lib
+
+    class Spy:
+        def __getattr__(self, name):
+            if name == "vkCmdWriteTimestamp":
+                written.append(name)
+            return getattr(real, name)
+
+    x = vkcore.asarray(_x(rng), device=device)
+    device.timed = how == "timed device, timed=False"
+    monkeypatch.setattr(device, "lib", Spy())
+    try:
+        timed = None if how == "default" else False
+        with vkcore.sequence(device=device, timed=timed) as seq:
+            vkcore.softmax(x)
+        seq.run()
+    finally:
+        device.timed = False
+    assert written == [] and seq.device_seconds is None
+    seq.release()
+
+
+def test_a_timed_device_times_its_sequences_and_calls(device, rng):
+    x = vkcore.asarray(_x(rng), device=device)
+    device.timed = True
+    try:
+        with vkcore.sequence(device=device) as seq:
+            vkcore.softmax(x)
+        vkcore.softmax(x)
+        call_seconds = device.last_device_seconds
+    finally:
+        device.timed = False
+    assert seq.device_seconds is not None and seq.device_seconds > 0
+    assert call_seconds is not None and call_seconds > 0
+    vkcore.softmax(x)
+    assert device.last_device_seconds is None  # untimed again
+    seq.release()
+
+
+@pytest.mark.parametrize("bad", ["yes", 1, 0.0])
+def test_timed_must_be_a_bool(device, bad):
+    with pytest.raises(TypeError, match="timed"):
+        vkcore.sequence(device=device, timed=bad)
+    with pytest.raises(TypeError, match="timed"):
+        device.timed = bad
+
+
 def _interrupt_after(monkeypatch, call):
-    """KeyboardInterrupt raised as the sequence module (or the device's part in
-    sequences, which makes their fences) checks the result of ``call``: what a Ctrl-C
-    arriving just after that driver call returned does."""
+    """KeyboardInterrupt raised as the submission module (which makes fences, submits
+    and waits for sequences and calls alike) checks the result of ``call``: what a
+    Ctrl-C arriving just after that driver call returned does."""
     import sys
 
-    modules = [
-        sys.modules["vkcore.compute.sequence"],
-        sys.modules["vkcore.device.submit.recording"],
-    ]
+    modules = [sys.modules["vkcore.device.submit.submission"]]
     real = modules[0]._vk
 
     class Interrupting:

@@ -137,6 +137,7 @@ OOM_CHILD = """
         return bool(error < 1e-6)
 
     ok_before = softmax_ok()
+    dev.submitter.drop_recorded()  # kept recordings are a cache, not what is counted
     objects_before = dev.live_objects()
     size = min(dev.info.max_memory_allocation_size, 1 << 30)
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
@@ -151,6 +152,7 @@ OOM_CHILD = """
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
     dev.check()  # the driver's own report of the failure must not raise again here
     ok_after = softmax_ok()
+    dev.submitter.drop_recorded()
     objects_after = dev.live_objects()
     dev.close()
     print(json.dumps({"error": error, "ok_before": ok_before, "ok_after": ok_after,

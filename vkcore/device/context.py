@@ -19,7 +19,7 @@ import logging
 import signal
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -75,6 +75,16 @@ def ctrl_c_deferred() -> Iterator[None]:
             previous(signal.SIGINT, caught[0])  # Python's default handler raises KeyboardInterrupt
         elif caught and previous == signal.SIG_DFL:
             signal.raise_signal(signal.SIGINT)
+
+
+class Settles(Protocol):
+    """What the context needs of a submission
+    (:class:`~vkcore.device.submit.submission.Submission`)."""
+
+    @property
+    def unsettled(self) -> bool: ...
+
+    def settle(self) -> None: ...
 
 
 class LiveBuffer(Protocol):
@@ -252,16 +262,17 @@ class DeviceContext(StateOwner):
     def closed(self) -> bool:
         return self._closed
 
-    # A submission an exception cut short may still use memory: the submitter sets the
-    # flag, and the owner (vkcore.Device) the function that finishes such a submission.
-    submission_unsettled = False
-    settle_submission: Callable[[], None] | None = None
+    # The single calls' submission (the submitter's): one an exception cut short may still
+    # use memory, so freeing memory settles it first.
+    call_submission: Settles | None = None
 
     def before_free(self) -> None:
         """Called before a buffer's memory is freed or handed to other work: finishes a
         submission an exception cut short, which may still use it (nothing otherwise)."""
-        if self.submission_unsettled and self.settle_submission is not None:
-            self.settle_submission()
+        call = self.call_submission
+        if call is not None and call.unsettled:
+            with self.lock:
+                call.settle()
 
     def wait_idle(self) -> None:
         with self.lock:

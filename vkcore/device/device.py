@@ -92,8 +92,10 @@ class Device(DeviceContext):
         validation: bool | None = None,
         pipeline_cache: bool | None = None,
         cache_dir: str | None = None,
+        timed: bool = False,
     ) -> None:
         selector = check_selector(selector)
+        timed = bool(check_flag(timed, "timed"))
         validation = check_flag(validation, "validation")
         pipeline_cache = check_flag(pipeline_cache, "pipeline_cache")
         if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
@@ -105,8 +107,7 @@ class Device(DeviceContext):
         self._pipelines: dict[tuple[Any, ...], Pipeline] = {}
         super().__init__(selector, validation=validation)  # destroys itself if it fails
         try:
-            self._submitter = Submitter(self)
-            self.settle_submission = self._submitter.settle_cut_short
+            self._submitter = Submitter(self, timed=timed)
             self._transfers = Transfers(self, self._submitter)
             persist = (
                 config.env_flag("VKCORE_PIPELINE_CACHE", True)
@@ -160,9 +161,19 @@ class Device(DeviceContext):
         return self.submitter.recording() is not None
 
     @property
+    def timed(self) -> bool:
+        """Whether calls and sequences write timestamps (``Device(timed=True)``; off by
+        default: on a CPU device a timestamp pair costs as much as a tiny kernel)."""
+        return self.submitter.timed
+
+    @timed.setter
+    def timed(self, value: bool) -> None:
+        self.submitter.timed = bool(check_flag(value, "timed"))
+
+    @property
     def last_device_seconds(self) -> float | None:
-        """Device seconds of the latest timed :meth:`run` on this thread's device (None
-        where the queue has no timestamps)."""
+        """Device seconds of the latest :meth:`run` on this device, when it was timed
+        (:attr:`timed`); None otherwise, or where the queue has no timestamps."""
         return self.submitter.last_device_seconds
 
     # ------------------------------------------------------------------ pipelines
@@ -253,7 +264,7 @@ class Device(DeviceContext):
         """Stop recording ``buffer``, and drop the kept recordings that reference it."""
         super().forget_buffer(buffer)
         if self._submitter is not None:
-            self._submitter.forget_buffer(buffer)
+            self._submitter.forget(buffer)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else self.info.name

@@ -180,7 +180,9 @@ def softmax_passes(
                     steps = sm.dispatches(
                         dev, p, algorithm, x.buffer, y.buffer, parts.buffer, stages=[stage]
                     )
-                    samples[algorithm][k].append(dev.submitter.run(steps) or float("nan"))
+                    samples[algorithm][k].append(
+                        dev.submitter.run(steps, timed=True) or float("nan")
+                    )
         for algorithm, labels in names.items():
             out[algorithm] = {
                 label: _median_ms(ms[1:])

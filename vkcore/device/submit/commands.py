@@ -43,20 +43,23 @@ class Dispatch:
     groups: tuple[int, int, int]
 
 
-def begin(dev: DeviceContext, cb: Any, *, one_time: bool) -> None:
+def begin(dev: DeviceContext, cb: Any, *, one_time: bool, flags: int = 0) -> None:
     """Reset ``cb`` and begin recording (once-only where ``one_time``)."""
     keep = _vk.Keep()
     _vk.check(dev.lib.vkResetCommandBuffer(cb, 0), "vkResetCommandBuffer")
-    flags = vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT if one_time else 0
+    if one_time:
+        flags |= vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT
     info = keep.struct("VkCommandBufferBeginInfo", flags=flags)
     _vk.check(dev.lib.vkBeginCommandBuffer(cb, info), "vkBeginCommandBuffer")
 
 
 class ReuseKeys:
-    """The key under which a dispatch list's recording is kept: on long-lived buffers
-    only (``Buffer.reusable``), else None. The key of a lone Dispatch object submitted
-    again (a repeated Program call) is remembered, weakly (remembering must not keep its
-    buffers alive): a Dispatch never changes, only whether its buffers are still alive."""
+    """The key under which a dispatch list's recording may be kept: its pipelines,
+    buffers, push constants and grids (None where a buffer is gone). A kept recording is
+    dropped before anything it binds is destroyed (``Submitter.forget``), so a key is
+    never matched by other objects at the same addresses. The key of a lone Dispatch
+    submitted again (a repeated Program call) is remembered, weakly (remembering must not
+    keep its buffers alive): a Dispatch never changes, only whether its buffers live."""
 
     def __init__(self) -> None:
         self._last: tuple[weakref.ref[Dispatch], bool, tuple[Any, ...]] | None = None
@@ -68,7 +71,7 @@ class ReuseKeys:
             ref, was_timed, last = self._last
             d = dispatches[0]
             if ref() is d and was_timed == timed:
-                alive = all(buf.reusable and buf.handle is not None for buf in d.buffers)
+                alive = all(buf.handle is not None for buf in d.buffers)
                 return last if alive else None
         key = reuse_key(dispatches, timed)
         if len(dispatches) == 1 and key is not None:
@@ -78,11 +81,11 @@ class ReuseKeys:
 
 def reuse_key(dispatches: Sequence[Dispatch], timed: bool) -> tuple[Any, ...] | None:
     """Pipelines, buffers, push constants and grids of the list, or None where a buffer
-    is not long-lived."""
+    is destroyed."""
     parts: list[Any] = [timed]
     for d in dispatches:
         for buf in d.buffers:
-            if not buf.reusable or not buf.alive:
+            if buf.handle is None:
                 return None
         parts.append((id(d.pipeline), tuple(id(b) for b in d.buffers), d.push, d.groups))
     return tuple(parts)
@@ -156,15 +159,6 @@ def record_dispatches(
     if query_pool is not None:
         lib.vkCmdResetQueryPool(cb, query_pool, 0, 2)
         lib.vkCmdWriteTimestamp(cb, TOP, query_pool, 0)
-    # After every earlier submission's writes (a sequence may still be in flight).
-    barrier(
-        dev,
-        cb,
-        COMPUTE | TRANSFER,
-        SHADER_WRITE | TRANSFER_WRITE,
-        COMPUTE,
-        SHADER_READ | SHADER_WRITE,
-    )
     set_arr = ffi.new("VkDescriptorSet[1]")
     hazards = Hazards()
     bind_pipeline, bind_sets = lib.vkCmdBindPipeline, lib.vkCmdBindDescriptorSets
@@ -199,18 +193,35 @@ def create_timestamp_pool(dev: DeviceContext) -> Any:
     return pool[0]
 
 
-def elapsed_seconds(dev: DeviceContext, pool: Any, out: Any) -> float:
-    """Seconds between the two timestamps of ``pool`` (``out``: a cffi uint64_t[2]),
-    waiting for them; the tick difference wraps at the queue's valid bits."""
-    flags = 0x1 | 0x2  # VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT
-    _vk.check(
-        dev.lib.vkGetQueryPoolResults(dev.handle, pool, 0, 2, 16, out, 8, flags),
-        "vkGetQueryPoolResults",
+def record_lead_barrier(dev: DeviceContext, cb: Any) -> None:
+    """Record ``cb`` to hold one barrier: every earlier submission's shader and transfer
+    writes before every later shader access. Submitted ahead of a batch while a sequence
+    may still run (``Submitter.submit_info``), so it may be in several pending batches."""
+    begin(dev, cb, one_time=False, flags=vk.VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT)
+    barrier(
+        dev,
+        cb,
+        COMPUTE | TRANSFER,
+        SHADER_WRITE | TRANSFER_WRITE,
+        COMPUTE,
+        SHADER_READ | SHADER_WRITE,
     )
-    bits = dev.timestamp_valid_bits
-    mask = (1 << bits) - 1 if bits < 64 else (1 << 64) - 1
-    ticks = (int(out[1]) - int(out[0])) & mask
-    return ticks * dev.info.timestamp_period * 1e-9
+    _vk.check(dev.lib.vkEndCommandBuffer(cb), "vkEndCommandBuffer")
+
+
+def record_bare_dispatch(dev: DeviceContext, cb: Any, d: Dispatch, dset: Any) -> None:
+    """Record ``d`` alone into ``cb``: no barrier, no timestamp (the bench's raw floor)."""
+    lib = dev.lib
+    begin(dev, cb, one_time=False)
+    bind = vk.VK_PIPELINE_BIND_POINT_COMPUTE
+    lib.vkCmdBindPipeline(cb, bind, d.pipeline.handle)
+    sets = dev.ffi.new("VkDescriptorSet[1]", [dset])
+    lib.vkCmdBindDescriptorSets(cb, bind, d.pipeline.layout, 0, 1, sets, 0, dev.ffi.NULL)
+    if d.push:
+        stage = vk.VK_SHADER_STAGE_COMPUTE_BIT
+        lib.vkCmdPushConstants(cb, d.pipeline.layout, stage, 0, len(d.push), d.push)
+    lib.vkCmdDispatch(cb, *d.groups)
+    _vk.check(lib.vkEndCommandBuffer(cb), "vkEndCommandBuffer")
 
 
 def record_copy(

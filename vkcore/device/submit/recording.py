@@ -21,9 +21,9 @@ import threading
 import weakref
 from typing import Any
 
-from vkcore import _vk
 from vkcore.device.context import DeviceContext, ctrl_c_deferred
 from vkcore.device.submit import commands
+from vkcore.device.submit.submission import create_fence
 
 
 class SequenceHooks:
@@ -71,6 +71,10 @@ class SequenceHooks:
         """``sequence``'s work has finished (or was never submitted)."""
         self._submitted.pop(id(sequence), None)
 
+    def in_flight_elsewhere(self) -> bool:
+        """Whether a sequence's work may still run (call :meth:`reap` first)."""
+        return bool(self._submitted)
+
     def reap(self) -> None:
         """Let go of the tracked sequences whose work has finished (each one's ``done()``
         untracks it); a dropped one is collected then."""
@@ -106,15 +110,10 @@ class SequenceHooks:
                 handle = commands.create_timestamp_pool(dev)
                 self._owned[kind].append(handle)
             return handle
-        keep = _vk.Keep()
-        out = dev.ffi.new("VkFence*")
-        info = keep.struct("VkFenceCreateInfo")
         with ctrl_c_deferred():
-            result = dev.lib.vkCreateFence(dev.handle, info, dev.ffi.NULL, out)
-            if result == 0:
-                self._owned[kind].append(out[0])
-        _vk.check(result, "vkCreateFence")
-        return out[0]
+            handle = create_fence(dev)
+            self._owned[kind].append(handle)
+        return handle
 
     def give_back(self, kind: str, handle: Any) -> None:
         """A handle from :meth:`take` that its sequence no longer uses."""

@@ -1,9 +1,18 @@
-"""Submission: the device's command and descriptor pools, its command buffer, one fence,
-timestamp queries, and the recordings kept for repeated calls.
+"""Single calls: the device's command and descriptor pools, its command buffer and
+:class:`~vkcore.device.submit.submission.Submission`, and the recordings kept for
+repeated calls.
 
-Submission holds the device lock, so several threads may share one Device. A submission
-is always waited for before the call returns or raises, so no buffer it uses is freed
-while the device still reads it.
+Submission holds the device lock, so several threads may share one Device. A call's
+submission is always waited for before the call returns or raises, so no buffer it uses
+is freed while the device still reads it (the rules: :mod:`.submission`).
+
+What a call's command buffer holds, and why no more: its steps, a barrier between two
+steps only where one depends on the other (``commands.Hazards``), and one barrier to the
+host at the end (required before the host reads results). Nothing leads it, unless a
+sequence submitted without waiting may still run: a prerecorded command buffer holding
+one barrier after all earlier work then goes first in the same batch. Timestamps only
+when asked (``Device(timed=True)``, ``run(..., timed=True)``): on a CPU device a
+bottom-of-pipe timestamp costs as much as a tiny kernel.
 """
 
 from __future__ import annotations
@@ -15,30 +24,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from vkcore import _vk
-from vkcore.device.context import DeviceContext
+from vkcore.device.context import DeviceContext, ctrl_c_deferred
 from vkcore.device.memory.buffer import Buffer
 from vkcore.device.submit import commands
 from vkcore.device.submit.commands import Dispatch
 from vkcore.device.submit.recording import SequenceHooks
-from vkcore.errors import result_code
+from vkcore.device.submit.submission import Submission, create_fence
 
-_VK_TIMEOUT = result_code("VK_TIMEOUT")
-_WAIT_SLICE_NS = 100_000_000  # wake up to let Python handle Ctrl-C
-_SETTLE_TRIES = 16  # exceptions held back while settling before one is let through
 # Descriptor sets in the pool: sets are freed after each submission, so this bounds one call.
 _MAX_SETS = 1024
-# Recorded command buffers kept for repeated calls on long-lived buffers (see Submitter.run).
+# Recorded command buffers kept for repeated calls (see Submitter.run), and how many
+# calls' keys are remembered to tell a repeat from a one-off.
 _MAX_RECORDED = 32
-
-
-def _raise_deferred(interrupted: list[BaseException]) -> None:
-    """Raise the last Ctrl-C a wait held back, if any. It leaves the list as it is raised
-    and is never bound to a name, so no frame keeps the exception its own traceback refers
-    to: that cycle would keep every buffer on the stack (and its device memory) alive
-    until the collector runs."""
-    if interrupted:
-        del interrupted[:-1]
-        raise interrupted.pop()
+_MAX_SEEN = 64
 
 
 @dataclass
@@ -47,27 +45,56 @@ class _Recorded:
 
     command_buffer: Any
     sets: list[Any]
-    buffer_ids: frozenset[int]
-    submit: Any = None  # a VkSubmitInfo built once (with the array it points to)
-    keep: Any = None
+    object_ids: frozenset[int]  # of the pipelines and buffers it binds
+    batch: Batch | None = None
+
+
+def _bound_ids(dispatches: Sequence[Dispatch]) -> frozenset[int]:
+    ids = {id(d.pipeline) for d in dispatches}
+    ids.update(id(b) for d in dispatches for b in d.buffers)
+    return frozenset(ids)
+
+
+class Batch:
+    """The VkSubmitInfo of one command buffer, built once, alone and behind the leading
+    barrier (:meth:`Submitter.submit_info`)."""
+
+    def __init__(self, command_buffer: Any, lead: Any) -> None:
+        self.keep = _vk.Keep()
+        alone = self.keep.new("VkCommandBuffer[1]", [command_buffer])
+        self.alone = self.keep.struct("VkSubmitInfo", commandBufferCount=1, pCommandBuffers=alone)
+        self.behind: Any = None
+        self._cb, self._lead = command_buffer, lead
+
+    def led(self) -> Any:
+        """The submit info with the leading barrier's command buffer first."""
+        if self.behind is None:
+            both = self.keep.new("VkCommandBuffer[2]", [self._lead, self._cb])
+            self.behind = self.keep.struct(
+                "VkSubmitInfo", commandBufferCount=2, pCommandBuffers=both
+            )
+        return self.behind
 
 
 class Submitter(SequenceHooks):
-    """The device's command buffer, fence, timestamp queries and kept recordings."""
+    """The device's command buffer, submission, timestamp queries and kept recordings."""
 
     command_pool: Any = None
     descriptor_pool: Any = None
     command_buffer: Any = None
+    lead_command_buffer: Any = None  # one barrier after every earlier submission's writes
     fence: Any = None
     query_pool: Any = None
+    call: Submission | None = None
 
-    def __init__(self, device: DeviceContext) -> None:
+    def __init__(self, device: DeviceContext, *, timed: bool = False) -> None:
         self.device = device
+        self.timed = timed  # timestamps on calls that do not say (Device(timed=...))
         self.live_descriptor_sets = 0  # allocated and not yet freed (Device.live_objects)
         self._recorded: OrderedDict[tuple[Any, ...], _Recorded] = OrderedDict()
+        self._seen: OrderedDict[tuple[Any, ...], None] = OrderedDict()
         self._keys = commands.ReuseKeys()
         self._init_recording()
-        self._in_flight = False
         try:
             self._create()
         except BaseException:
@@ -76,26 +103,22 @@ class Submitter(SequenceHooks):
         self._seconds: float | None = None
         self._seconds_pending = False  # timestamps written by the latest run, not yet read
         self.reuse_hits = 0  # submissions of an already recorded command buffer
-        # Built once: every struct made through the binding costs microseconds per call.
-        self._fences = device.ffi.new("VkFence[1]", [self.fence])
-        self._timestamps_out = device.ffi.new("uint64_t[2]")
 
     def _create(self) -> None:
         dev = self.device
-        ffi, lib = dev.ffi, dev.lib
-        keep = _vk.Keep()
         self.command_pool = commands.create_command_pool(dev)
         self.descriptor_pool = commands.create_descriptor_pool(dev, _MAX_SETS)
         self.command_buffer = self.allocate_command_buffer()
-        fence = ffi.new("VkFence*")
-        _vk.check(
-            lib.vkCreateFence(dev.handle, keep.struct("VkFenceCreateInfo"), ffi.NULL, fence),
-            "vkCreateFence",
-        )
-        self.fence = fence[0]
+        self.lead_command_buffer = self.allocate_command_buffer()
+        commands.record_lead_barrier(dev, self.lead_command_buffer)
+        with ctrl_c_deferred():
+            self.fence = create_fence(dev)
         self.timestamps = dev.timestamp_valid_bits > 0
         if self.timestamps:
             self.query_pool = commands.create_timestamp_pool(dev)
+        self.call = Submission(dev, self.fence, self.query_pool)
+        self._call_batch = Batch(self.command_buffer, self.lead_command_buffer)
+        dev.call_submission = self.call
 
     def allocate_command_buffer(self) -> Any:
         """One primary command buffer from the (resettable) command pool."""
@@ -118,58 +141,84 @@ class Submitter(SequenceHooks):
             raise
         return out[0]
 
+    def submit_info(self, batch: Batch) -> Any:
+        """``batch``'s submit info, behind the leading barrier where a sequence submitted
+        without waiting may still run (its writes come before this batch's accesses)."""
+        self.reap()  # sequences dropped in flight that have finished since
+        return batch.led() if self.in_flight_elsewhere() else batch.alone
+
     # ------------------------------------------------------------------ dispatch
     def run(
-        self, dispatches: Sequence[Dispatch], *, timed: bool = True, read_seconds: bool = True
+        self,
+        dispatches: Sequence[Dispatch],
+        *,
+        timed: bool | None = None,
+        read_seconds: bool = True,
     ) -> float | None:
-        """Record, submit and wait for ``dispatches``; device seconds when timed.
+        """Record, submit and wait for ``dispatches``; device seconds when timed
+        (``timed=None``: as the device says, :attr:`timed`).
 
         With ``read_seconds=False`` the timestamps are still written but only read when
         :attr:`last_device_seconds` is asked for (it saves a driver call per kernel call);
         the return value is then None.
 
-        When every buffer is long-lived (``Buffer.reusable``: pooled buffers, placeholders)
-        the recorded command buffer and its descriptor sets are kept, keyed by pipelines,
-        buffers, push constants and grid, and a repeat of the same call only resubmits it.
-        Destroying one of those buffers drops what referenced it (:meth:`forget_buffer`).
+        A call whose pipelines, buffers, push constants and grid repeat those of a recent
+        one keeps its recorded command buffer and descriptor sets (from its second time),
+        and later repeats only resubmit it. Destroying one of its buffers drops what
+        referenced it (:meth:`forget`), so a recording never outlives what it binds.
         """
         recording = getattr(self._local, "sequence", None)
         if recording is not None:  # vkcore.sequence: the steps go there instead
             recording.add(dispatches)
             return None
         dev = self.device
-        timed = timed and self.timestamps
+        timed = (self.timed if timed is None else timed) and self.timestamps
         with dev.lock:
             dev.check()
-            self.reap()  # sequences dropped in flight that have finished since
             key = self._keys.of(dispatches, timed)
             self._seconds, self._seconds_pending = None, False
-            if key is not None:
+            if key is not None and self._repeats(key):
                 rec = self._recorded_for(key, dispatches, timed)
-                self._submit_and_wait(rec.command_buffer, rec.submit)
+                assert rec.batch is not None
+                self._submit_and_wait(rec.batch)
             else:
-                sets: list[Any] = []
-                try:
-                    self._descriptor_sets(dispatches, sets)
-                    pool = self.query_pool if timed else None
-                    cb = self.command_buffer
-                    commands.record_dispatches(
-                        dev, cb, dispatches, sets, query_pool=pool, one_time=True
-                    )
-                    self._submit_and_wait(self.command_buffer)
-                finally:
-                    self.free_sets(sets)
+                self._run_once(dispatches, timed)
             self._seconds_pending = timed
             dev.check()
             return self.last_device_seconds if read_seconds else None
+
+    def _repeats(self, key: tuple[Any, ...]) -> bool:
+        """Whether ``key`` was seen recently (a call worth keeping the recording of)."""
+        if key in self._recorded:
+            return True
+        seen = self._seen
+        if key in seen:
+            del seen[key]
+            return True
+        seen[key] = None
+        while len(seen) > _MAX_SEEN:
+            seen.popitem(last=False)
+        return False
+
+    def _run_once(self, dispatches: Sequence[Dispatch], timed: bool) -> None:
+        """Record into the device's one-time command buffer, submit, wait, free the sets."""
+        sets: list[Any] = []
+        try:
+            self._descriptor_sets(dispatches, sets)
+            pool = self.query_pool if timed else None
+            commands.record_dispatches(
+                self.device, self.command_buffer, dispatches, sets, query_pool=pool, one_time=True
+            )
+            self._submit_and_wait(self._call_batch)
+        finally:
+            self.free_sets(sets)
 
     @property
     def last_device_seconds(self) -> float | None:
         """Device seconds of the latest timed :meth:`run` (from timestamp queries)."""
         with self.device.lock:
-            if self._seconds_pending:
-                out = self._timestamps_out
-                self._seconds = commands.elapsed_seconds(self.device, self.query_pool, out)
+            if self._seconds_pending and self.call is not None:
+                self._seconds = self.call.seconds()
                 self._seconds_pending = False
             return self._seconds
 
@@ -189,11 +238,9 @@ class Submitter(SequenceHooks):
             rec = _Recorded(
                 self.allocate_command_buffer(),
                 sets,
-                frozenset(id(b) for d in dispatches for b in d.buffers),
+                _bound_ids(dispatches),
             )
-            rec.keep = _vk.Keep()
-            cbs = rec.keep.new("VkCommandBuffer[1]", [rec.command_buffer])
-            rec.submit = rec.keep.struct("VkSubmitInfo", commandBufferCount=1, pCommandBuffers=cbs)
+            rec.batch = Batch(rec.command_buffer, self.lead_command_buffer)
             pool = self.query_pool if timed else None
             commands.record_dispatches(
                 self.device, rec.command_buffer, dispatches, sets, query_pool=pool, one_time=False
@@ -211,31 +258,41 @@ class Submitter(SequenceHooks):
 
     def resubmit_seconds(self, repeats: int) -> list[float]:
         """Wall seconds of resubmitting the most recently used kept recording, ``repeats``
-        times: queue submit, fence wait and fence reset with every struct prebuilt. This is
-        the floor under any call that has to run the same commands (the bench's reference
-        for per-call overhead). Raises RuntimeError when nothing is kept."""
-        dev = self.device
-        lib = dev.lib
-        with dev.lock:
+        times, through the same submission and wait as a call. Raises RuntimeError when
+        nothing is kept."""
+        with self.device.lock:
             if not self._recorded:
                 raise RuntimeError(
-                    "no recorded command buffer is kept: run a call on pooled buffers first"
+                    "no recorded command buffer is kept: repeat a call on the same buffers first"
                 )
             rec = next(reversed(self._recorded.values()))
-            out = []
-            if self._in_flight:
-                self._settle()
-            for _ in range(repeats):
-                start = time.perf_counter()
-                self._in_flight = True  # until reset: a later submission settles it first
-                _vk.check(lib.vkQueueSubmit(dev.queue, 1, rec.submit, self.fence), "vkQueueSubmit")
-                _vk.check(
-                    lib.vkWaitForFences(dev.handle, 1, self._fences, 1, 10**10), "vkWaitForFences"
-                )
-                _vk.check(lib.vkResetFences(dev.handle, 1, self._fences), "vkResetFences")
-                self._in_flight = False
-                out.append(time.perf_counter() - start)
-            return out
+            assert rec.batch is not None
+            return self._time_batch(rec.batch, repeats)
+
+    def raw_floor_seconds(self, dispatch: Dispatch, repeats: int) -> list[float]:
+        """Wall seconds of resubmitting a command buffer that holds ``dispatch`` and nothing
+        else (no barrier, no timestamp), ``repeats`` times, every struct built in advance:
+        the floor under any call of the same work (the bench's reference)."""
+        with self.device.lock:
+            sets: list[Any] = []
+            cb = None
+            try:
+                self._descriptor_sets([dispatch], sets)
+                cb = self.allocate_command_buffer()
+                commands.record_bare_dispatch(self.device, cb, dispatch, sets[0])
+                return self._time_batch(Batch(cb, self.lead_command_buffer), repeats)
+            finally:
+                if cb is not None:
+                    self.free_command_buffer(cb)
+                self.free_sets(sets)
+
+    def _time_batch(self, batch: Batch, repeats: int) -> list[float]:
+        out = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            self._submit_and_wait(batch)
+            out.append(time.perf_counter() - start)
+        return out
 
     def _release_recorded(self, rec: _Recorded) -> None:
         if self.device.handle is not None:
@@ -281,78 +338,26 @@ class Submitter(SequenceHooks):
             commands.free_sets(self.device, self.descriptor_pool, sets)
             self.live_descriptor_sets -= len(sets)
 
-    def _submit_and_wait(self, cb: Any = None, submit: Any = None) -> None:
-        """Submit and wait for the fence. Whatever fails or is raised (Ctrl-C, a signal
-        handler's or a trace hook's exception), the submission is finished (no buffer it
-        uses is freed in flight) and the fence reset before this returns or raises; a
-        Ctrl-C during the wait is re-raised once the work is done."""
-        dev = self.device
-        lib = dev.lib
-        if self._in_flight:  # an earlier submission was cut short before it was settled
-            self._settle()
-        if submit is None:
-            keep = _vk.Keep()
-            cbs = keep.new("VkCommandBuffer[1]", [self.command_buffer if cb is None else cb])
-            submit = keep.struct("VkSubmitInfo", commandBufferCount=1, pCommandBuffers=cbs)
-        # In flight from before the call until the fence is reset: an exception anywhere
-        # in between settles it here, or (if even that is cut short) before anything is
-        # freed or reused (settle_cut_short) and before the next submission.
-        self._in_flight = True
-        interrupted: list[BaseException] = []
+    def _submit_and_wait(self, batch: Batch) -> None:
+        """Submit ``batch`` and wait for it (:class:`Submission`: whatever is raised, the
+        work is finished before this returns or raises)."""
+        call = self.call
+        assert call is not None
+        call.settle()  # an earlier call cut short before it was settled
+        info = self.submit_info(batch)
         try:
-            result = lib.vkQueueSubmit(dev.queue, 1, submit, self.fence)
-            if result < 0:
-                self._in_flight = False  # nothing was submitted; the fence is untouched
-                _vk.check(result, "vkQueueSubmit")
-            fences = self._fences
-            while True:
-                try:
-                    result = lib.vkWaitForFences(dev.handle, 1, fences, 1, _WAIT_SLICE_NS)
-                    if result == _VK_TIMEOUT:
-                        continue
-                    _vk.check(result, "vkWaitForFences")
-                    break
-                except KeyboardInterrupt as exc:  # finish the wait, then raise it
-                    interrupted.append(exc)
-            _vk.check(lib.vkResetFences(dev.handle, 1, fences), "vkResetFences")
-            self._in_flight = False
-        except BaseException:
-            if self._in_flight:
-                self._settle()
+            call.submit(info)
+            call.wait()
+        except BaseException:  # cut short between the two: finished before it goes up
+            call.settle()
             raise
-        _raise_deferred(interrupted)
-
-    def _settle(self) -> None:
-        """After a submission cut short: wait until the queue is idle, then reset the fence.
-        An exception meanwhile (Ctrl-C, a signal handler's) is raised once both are done."""
-        dev = self.device
-        interrupted: list[BaseException] = []
-        for _ in range(_SETTLE_TRIES):
-            try:
-                dev.lib.vkQueueWaitIdle(dev.queue)
-                dev.lib.vkResetFences(dev.handle, 1, self._fences)
-                self._in_flight = False
-                break
-            except BaseException as exc:  # noqa: BLE001 - raised below, once settled
-                interrupted.append(exc)
-        _raise_deferred(interrupted)
-
-    @property
-    def _in_flight(self) -> bool:
-        """Submitted, fence not yet waited for and reset (kept on the device context, so
-        that freeing memory checks it without a call: DeviceContext.before_free)."""
-        return self.device.submission_unsettled
-
-    @_in_flight.setter
-    def _in_flight(self, value: bool) -> None:
-        self.device.submission_unsettled = value
 
     def settle_cut_short(self) -> None:
-        """Finish a submission an exception cut short (before what it uses is freed)."""
-        if self._in_flight:
+        """Finish a call an exception cut short (before what it uses is freed)."""
+        call = self.call
+        if call is not None and call.unsettled:
             with self.device.lock:
-                if self._in_flight:
-                    self._settle()
+                call.settle()
 
     # ------------------------------------------------------------------ copies
     def copy(self, src: Buffer, src_offset: int, dst: Buffer, dst_offset: int, nbytes: int) -> None:
@@ -361,17 +366,16 @@ class Submitter(SequenceHooks):
             commands.record_copy(
                 self.device, self.command_buffer, src, src_offset, dst, dst_offset, nbytes
             )
-            self._submit_and_wait()
-
-    _copy = copy  # the name kernels.softmax calls it by
+            self._submit_and_wait(self._call_batch)
 
     # ------------------------------------------------------------------ lifetime
-    def forget_buffer(self, buffer: object) -> None:
-        """Drop kept recordings that reference ``buffer`` (called before it is destroyed)."""
+    def forget(self, thing: object) -> None:
+        """Drop kept recordings that bind ``thing``, a buffer or a pipeline (called before
+        it is destroyed, or its Vulkan objects handed to another object)."""
         if not self._recorded:
             return
-        gone = id(buffer)
-        for key in [k for k, rec in self._recorded.items() if gone in rec.buffer_ids]:
+        gone = id(thing)
+        for key in [k for k, rec in self._recorded.items() if gone in rec.object_ids]:
             self._release_recorded(self._recorded.pop(key))
 
     def destroy(self) -> None:
@@ -385,6 +389,8 @@ class Submitter(SequenceHooks):
         self.destroy_sequence_objects()
         if self.command_pool is not None:
             self.drop_recorded()
+        if getattr(dev, "call_submission", None) is self.call:
+            dev.call_submission = None
         if self.query_pool is not None:
             lib.vkDestroyQueryPool(dev.handle, self.query_pool, ffi.NULL)
             self.query_pool = None
@@ -398,3 +404,4 @@ class Submitter(SequenceHooks):
             lib.vkDestroyCommandPool(dev.handle, self.command_pool, ffi.NULL)
             self.command_pool = None
             self.command_buffer = None
+            self.lead_command_buffer = None

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         return run_compare(args)
     if args.probes:
         return run_probes(args)
-    with Device(args.device) as dev:
+    with Device(args.device, timed=True) as dev:  # rows report device time too
         result = bench.run_bench(
             dev, quick=args.quick, repeats=args.repeats, progress=not args.no_progress
         )
@@ -91,7 +91,7 @@ def run_compare(args: argparse.Namespace) -> int:
 
 
 def run_probes(args: argparse.Namespace) -> int:
-    with Device(args.device) as dev:
+    with Device(args.device, timed=True) as dev:
         results = probes.run_probes(dev, repeats=args.repeats or 7)
         header = f"device {dev.info.name}  driver {dev.info.driver_name} {dev.info.driver_info}"
     if args.json:

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     text_out = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     with text_out:
         ok = True
-        with Device(args.device) as dev:
+        with Device(args.device, timed=True) as dev:  # it prints the kernel time
             print(f"device: {dev.info.name} ({dev.info.driver_name} {dev.info.driver_info})")
             results["device"] = dev.info.name
             results["driver"] = f"{dev.info.driver_name} {dev.info.driver_info}"

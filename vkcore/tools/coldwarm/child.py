@@ -38,7 +38,7 @@ def probe(
     JSON-ready dict; call it only in a fresh process, where nothing is warm in memory.
     """
     imported = time.perf_counter()
-    dev = vkcore.Device(validation=False)
+    dev = vkcore.Device(validation=False, timed=True)  # reports device seconds
     startup = {"import": imported - started, "device": time.perf_counter() - imported}
     submissions = _record_submissions(dev)
     known_cases = {**KERNELS, **(cases or {})}
