@@ -89,7 +89,7 @@ def test_a_failing_comparison_is_reported_and_the_rest_still_run(device, monkeyp
     monkeypatch.setattr(bench_run, "SOFTMAX_SHAPES_QUICK", [(2, 256)])
     monkeypatch.setattr(bench_run, "has_quant_kernels", lambda: False)
     monkeypatch.setattr(bench_run, "softmax_vs_numpy", lambda *a: iter(()))
-    monkeypatch.setattr(bench_run.program_cases, "tiny_program_overhead", lambda *a: iter(()))
+    monkeypatch.setattr(bench_run.program_cases, "call_path_rows", lambda *a: iter(()))
     monkeypatch.setattr(bench_run.topk_cases, "softmax_topk_rows", lambda *a: iter(()))
     monkeypatch.setattr(bench_run.sequence_cases, "sequence_rows", lambda *a: iter(()))
     result = bench.run_bench(device, quick=True, repeats=1, progress=False)

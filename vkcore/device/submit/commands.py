@@ -209,18 +209,24 @@ def record_lead_barrier(dev: DeviceContext, cb: Any) -> None:
     _vk.check(dev.lib.vkEndCommandBuffer(cb), "vkEndCommandBuffer")
 
 
-def record_bare_dispatch(dev: DeviceContext, cb: Any, d: Dispatch, dset: Any) -> None:
-    """Record ``d`` alone into ``cb``: no barrier, no timestamp (the bench's raw floor)."""
+def record_bare_dispatches(
+    dev: DeviceContext, cb: Any, dispatches: Sequence[Dispatch], sets: Sequence[Any]
+) -> None:
+    """Record ``dispatches`` alone into ``cb``: no barrier, no timestamp (the bench's raw
+    floor, for dispatches that do not depend on each other)."""
     lib = dev.lib
     begin(dev, cb, one_time=False)
     bind = vk.VK_PIPELINE_BIND_POINT_COMPUTE
-    lib.vkCmdBindPipeline(cb, bind, d.pipeline.handle)
-    sets = dev.ffi.new("VkDescriptorSet[1]", [dset])
-    lib.vkCmdBindDescriptorSets(cb, bind, d.pipeline.layout, 0, 1, sets, 0, dev.ffi.NULL)
-    if d.push:
-        stage = vk.VK_SHADER_STAGE_COMPUTE_BIT
-        lib.vkCmdPushConstants(cb, d.pipeline.layout, stage, 0, len(d.push), d.push)
-    lib.vkCmdDispatch(cb, *d.groups)
+    arr = dev.ffi.new("VkDescriptorSet[1]")
+    for d, dset in zip(dispatches, sets, strict=True):
+        layout = d.pipeline.layout
+        lib.vkCmdBindPipeline(cb, bind, d.pipeline.handle)
+        arr[0] = dset
+        lib.vkCmdBindDescriptorSets(cb, bind, layout, 0, 1, arr, 0, dev.ffi.NULL)
+        if d.push:
+            stage = vk.VK_SHADER_STAGE_COMPUTE_BIT
+            lib.vkCmdPushConstants(cb, layout, stage, 0, len(d.push), d.push)
+        lib.vkCmdDispatch(cb, *d.groups)
     _vk.check(lib.vkEndCommandBuffer(cb), "vkEndCommandBuffer")
 
 

@@ -142,14 +142,18 @@ class Submission:
         dev = self.device
         wait = dev.lib.vkWaitForFences
         handle = dev.handle
-        deadline = time.perf_counter() + POLL_SECONDS
+        deadline = None  # the clock is read only once the first poll finds it running
         timeout = 0
         while True:
             try:
                 result = wait(handle, 1, fences, 1, timeout)
                 if result == _VK_TIMEOUT:
-                    if timeout == 0 and time.perf_counter() >= deadline:
-                        timeout = _WAIT_SLICE_NS
+                    if timeout == 0:
+                        now = time.perf_counter()
+                        if deadline is None:
+                            deadline = now + POLL_SECONDS
+                        elif now >= deadline:
+                            timeout = _WAIT_SLICE_NS
                     continue
                 _vk.check(result, "vkWaitForFences")
                 return

@@ -17,9 +17,10 @@ bottom-of-pipe timestamp costs as much as a tiny kernel.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -269,19 +270,29 @@ class Submitter(SequenceHooks):
             assert rec.batch is not None
             return self._time_batch(rec.batch, repeats)
 
-    def raw_floor_seconds(self, dispatch: Dispatch, repeats: int) -> list[float]:
-        """Wall seconds of resubmitting a command buffer that holds ``dispatch`` and nothing
-        else (no barrier, no timestamp), ``repeats`` times, every struct built in advance:
-        the floor under any call of the same work (the bench's reference)."""
-        with self.device.lock:
-            sets: list[Any] = []
-            cb = None
-            try:
-                self._descriptor_sets([dispatch], sets)
+    @contextlib.contextmanager
+    def raw_floor(self, dispatches: Sequence[Dispatch]) -> Iterator[Callable[[], None]]:
+        """A command buffer holding ``dispatches`` and nothing else (no barrier, no
+        timestamp), every struct built in advance; the block gets a function that
+        resubmits it and waits, through the same submission as a call. The floor under
+        any call of the same work (the bench's reference); the dispatches must not depend
+        on each other (nothing orders them)."""
+        sets: list[Any] = []
+        cb = None
+        try:
+            with self.device.lock:
+                self._descriptor_sets(dispatches, sets)
                 cb = self.allocate_command_buffer()
-                commands.record_bare_dispatch(self.device, cb, dispatch, sets[0])
-                return self._time_batch(Batch(cb, self.lead_command_buffer), repeats)
-            finally:
+                commands.record_bare_dispatches(self.device, cb, dispatches, sets)
+            batch = Batch(cb, self.lead_command_buffer)
+
+            def resubmit() -> None:
+                with self.device.lock:
+                    self._submit_and_wait(batch)
+
+            yield resubmit
+        finally:
+            with self.device.lock:
                 if cb is not None:
                     self.free_command_buffer(cb)
                 self.free_sets(sets)

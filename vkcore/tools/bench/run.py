@@ -127,8 +127,8 @@ def run_bench(
     steps.append(("sequences", lambda: sequence_cases.sequence_rows(dev, reps * 3, rng)))
     steps.append(
         (
-            "tiny program overhead",
-            lambda: program_cases.tiny_program_overhead(dev, 50 if quick else 200, rng),
+            "call path",
+            lambda: program_cases.call_path_rows(dev, 50 if quick else 200, rng),
         )
     )
     if quant:
