@@ -464,3 +464,39 @@ def test_matvec_by_row_chunks_interrupted(device, rng, faults, monkeypatch, acti
         check,
         kinds=[(KeyboardInterrupt, True), (Injected, False)],  # the work done, or not begun
     )
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, Injected])
+def test_device_creation_cut_short_as_its_fence_is_checked(monkeypatch, caplog, exc):
+    """The device's own fence is stored before its result is checked (as every handle
+    is): an exception right after vkCreateFence returned leaves nothing alive when the
+    half-made device tears itself down (the layer reports any object left)."""
+    import logging
+
+    from vkcore.device.submit import submission
+
+    real = submission._vk
+
+    class Interrupting:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        @staticmethod
+        def check(result, name):
+            value = real.check(result, name)
+            if name == "vkCreateFence":
+                monkeypatch.setattr(submission, "_vk", real)  # once
+                raise exc(f"after {name}")
+            return value
+
+    monkeypatch.setattr(submission, "_vk", Interrupting())
+    caplog.set_level(logging.WARNING, logger="vkcore")
+    with pytest.raises(exc):
+        vkcore.Device(validation=True, pipeline_cache=False)
+    assert submission._vk is real  # the interrupt fired
+    assert "has not been destroyed" not in caplog.text
+    dev = vkcore.Device(validation=True, pipeline_cache=False)  # and the next one works
+    x = np.ones((2, 8), np.float32)
+    assert np.allclose(vkcore.softmax(x, device=dev), 1 / 8)
+    dev.close()
+    assert dev.validation_messages == []

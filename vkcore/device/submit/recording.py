@@ -110,10 +110,10 @@ class SequenceHooks:
                 handle = commands.create_timestamp_pool(dev)
                 self._owned[kind].append(handle)
             return handle
+        owned = self._owned[kind]
         with ctrl_c_deferred():
-            handle = create_fence(dev)
-            self._owned[kind].append(handle)
-        return handle
+            create_fence(dev, owned)
+        return owned[-1]
 
     def give_back(self, kind: str, handle: Any) -> None:
         """A handle from :meth:`take` that its sequence no longer uses."""

@@ -207,10 +207,13 @@ def elapsed_seconds(dev: DeviceContext, pool: Any, out: Any) -> float:
     return ticks * dev.info.timestamp_period * 1e-9
 
 
-def create_fence(dev: DeviceContext) -> Any:
-    """An unsignalled fence; the caller stores it at once (see ``ctrl_c_deferred``)."""
+def create_fence(dev: DeviceContext, store: list[Any]) -> None:
+    """An unsignalled fence, appended to ``store`` as soon as it exists, before its result
+    is checked: whatever is raised from then on, its owner finds it and destroys it."""
     keep = _vk.Keep()
     out = dev.ffi.new("VkFence*")
     info = keep.struct("VkFenceCreateInfo")
-    _vk.check(dev.lib.vkCreateFence(dev.handle, info, dev.ffi.NULL, out), "vkCreateFence")
-    return out[0]
+    result = dev.lib.vkCreateFence(dev.handle, info, dev.ffi.NULL, out)
+    if result == 0:
+        store.append(out[0])
+    _vk.check(result, "vkCreateFence")

@@ -112,8 +112,12 @@ class Submitter(SequenceHooks):
         self.command_buffer = self.allocate_command_buffer()
         self.lead_command_buffer = self.allocate_command_buffer()
         commands.record_lead_barrier(dev, self.lead_command_buffer)
-        with ctrl_c_deferred():
-            self.fence = create_fence(dev)
+        made: list[Any] = []
+        try:
+            with ctrl_c_deferred():
+                create_fence(dev, made)
+        finally:
+            self.fence = made[0] if made else None  # destroy() frees it whatever follows
         self.timestamps = dev.timestamp_valid_bits > 0
         if self.timestamps:
             self.query_pool = commands.create_timestamp_pool(dev)
