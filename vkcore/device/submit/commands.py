@@ -151,9 +151,12 @@ def record_dispatches(
     *,
     query_pool: Any = None,
     one_time: bool,
+    bare: bool = False,
 ) -> None:
     """Record ``dispatches`` (each with its descriptor set) into ``cb``, with timestamps
-    around them in ``query_pool`` (queries 0 and 1) unless it is None."""
+    around them in ``query_pool`` (queries 0 and 1) unless it is None. ``bare``: the
+    dispatches alone, no barrier at all (the bench's raw floor, for dispatches that do not
+    depend on each other)."""
     ffi, lib = dev.ffi, dev.lib
     begin(dev, cb, one_time=one_time)
     if query_pool is not None:
@@ -165,7 +168,7 @@ def record_dispatches(
     push_constants, dispatch = lib.vkCmdPushConstants, lib.vkCmdDispatch
     bound = None
     for d, dset in zip(dispatches, sets, strict=True):
-        if hazards.add(d):
+        if not bare and hazards.add(d):
             barrier(dev, cb, COMPUTE, SHADER_WRITE, COMPUTE, SHADER_READ | SHADER_WRITE)
         pipeline = d.pipeline
         layout = pipeline.layout
@@ -177,7 +180,8 @@ def record_dispatches(
         if d.push:
             push_constants(cb, layout, vk.VK_SHADER_STAGE_COMPUTE_BIT, 0, len(d.push), d.push)
         dispatch(cb, *d.groups)
-    barrier(dev, cb, COMPUTE, SHADER_WRITE, HOST, HOST_READ)
+    if not bare:
+        barrier(dev, cb, COMPUTE, SHADER_WRITE, HOST, HOST_READ)
     if query_pool is not None:
         lib.vkCmdWriteTimestamp(cb, BOTTOM, query_pool, 1)
     _vk.check(lib.vkEndCommandBuffer(cb), "vkEndCommandBuffer")
@@ -207,27 +211,6 @@ def record_lead_barrier(dev: DeviceContext, cb: Any) -> None:
         SHADER_READ | SHADER_WRITE,
     )
     _vk.check(dev.lib.vkEndCommandBuffer(cb), "vkEndCommandBuffer")
-
-
-def record_bare_dispatches(
-    dev: DeviceContext, cb: Any, dispatches: Sequence[Dispatch], sets: Sequence[Any]
-) -> None:
-    """Record ``dispatches`` alone into ``cb``: no barrier, no timestamp (the bench's raw
-    floor, for dispatches that do not depend on each other)."""
-    lib = dev.lib
-    begin(dev, cb, one_time=False)
-    bind = vk.VK_PIPELINE_BIND_POINT_COMPUTE
-    arr = dev.ffi.new("VkDescriptorSet[1]")
-    for d, dset in zip(dispatches, sets, strict=True):
-        layout = d.pipeline.layout
-        lib.vkCmdBindPipeline(cb, bind, d.pipeline.handle)
-        arr[0] = dset
-        lib.vkCmdBindDescriptorSets(cb, bind, layout, 0, 1, arr, 0, dev.ffi.NULL)
-        if d.push:
-            stage = vk.VK_SHADER_STAGE_COMPUTE_BIT
-            lib.vkCmdPushConstants(cb, layout, stage, 0, len(d.push), d.push)
-        lib.vkCmdDispatch(cb, *d.groups)
-    _vk.check(lib.vkEndCommandBuffer(cb), "vkEndCommandBuffer")
 
 
 def record_copy(

@@ -174,8 +174,6 @@ class Submission:
                 ran = dev.lib.vkGetFenceStatus(dev.handle, self.fence) == 0
                 self._finished(ran=ran)
                 break
-            except KeyboardInterrupt as exc:
-                interrupted.append(exc)
             except BaseException as exc:  # noqa: BLE001 - raised below, once settled
                 interrupted.append(exc)
         raise_deferred(interrupted)

@@ -287,7 +287,9 @@ class Submitter(SequenceHooks):
             with self.device.lock:
                 self._descriptor_sets(dispatches, sets)
                 cb = self.allocate_command_buffer()
-                commands.record_bare_dispatches(self.device, cb, dispatches, sets)
+                commands.record_dispatches(
+                    self.device, cb, dispatches, sets, one_time=False, bare=True
+                )
             batch = Batch(cb, self.lead_command_buffer)
 
             def resubmit() -> None:
@@ -404,7 +406,7 @@ class Submitter(SequenceHooks):
         self.destroy_sequence_objects()
         if self.command_pool is not None:
             self.drop_recorded()
-        if getattr(dev, "call_submission", None) is self.call:
+        if dev.call_submission is self.call:
             dev.call_submission = None
         if self.query_pool is not None:
             lib.vkDestroyQueryPool(dev.handle, self.query_pool, ffi.NULL)
