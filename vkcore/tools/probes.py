@@ -30,6 +30,7 @@ import vkcore
 from vkcore.device.device import Device
 from vkcore.kernels.common import ceil_div
 from vkcore.kernels.sampling import topk_steps
+from vkcore.tools.bench.harness import timing
 
 # OpenBLAS threads spin for about this long after a product (the bench rests this long).
 REST_SECONDS = 0.2
@@ -188,7 +189,8 @@ def softmax_passes(
                 label: _median_ms(ms[1:])
                 for label, ms in zip(labels, samples[algorithm], strict=True)
             }
-        copies = [sm.roofline_copy(x, y) for _ in range(repeats + 1)][1:]
+        with timing(dev, True):
+            copies = [sm.roofline_copy(x, y) for _ in range(repeats + 1)][1:]
         out["copy_ms"] = _median_ms([s or float("nan") for s in copies])
     finally:
         for t in (x, y, parts):
@@ -200,9 +202,10 @@ def softmax_passes(
 def _device_ms(dev: Device, call: Callable[[], Any], repeats: int) -> float:
     """Median device milliseconds of ``call`` over ``repeats`` runs after one warm-up."""
     ms = []
-    for _ in range(repeats + 1):
-        call()
-        ms.append(dev.submitter.last_device_seconds or float("nan"))
+    with timing(dev, True):
+        for _ in range(repeats + 1):
+            call()
+            ms.append(dev.submitter.last_device_seconds or float("nan"))
     return _median_ms(ms[1:])
 
 

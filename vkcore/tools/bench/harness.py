@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
@@ -93,6 +94,17 @@ class Comparison:
             bandwidth_bytes_per_s=self.bandwidth,
         )
         return d
+
+
+@contextlib.contextmanager
+def timing(dev: Device, on: bool) -> Iterator[None]:
+    """Calls and sequences of ``dev`` timed (``on``) or not inside the block: device-time
+    rows and probes ask for timestamps, call-path rows measure calls without them."""
+    was, dev.timed = dev.timed, on
+    try:
+        yield
+    finally:
+        dev.timed = was
 
 
 class Progress:

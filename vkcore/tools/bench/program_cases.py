@@ -20,7 +20,7 @@ import numpy as np
 import vkcore
 from vkcore.device.device import Device
 from vkcore.device.submit.commands import Dispatch
-from vkcore.tools.bench.harness import Comparison, side_by_side
+from vkcore.tools.bench.harness import Comparison, side_by_side, timing
 
 TINY = """#version 450
 layout(local_size_x = 64) in;
@@ -31,15 +31,6 @@ void main() { uint i = gl_GlobalInvocationID.x; if (i < pc.n) y[i] = pc.a * x[i]
 """
 N = 256  # floats: four workgroups of 64
 CALLS = 16
-
-
-@contextlib.contextmanager
-def untimed(dev: Device) -> Iterator[None]:
-    was, dev.timed = dev.timed, False
-    try:
-        yield
-    finally:
-        dev.timed = was
 
 
 class _Kind:
@@ -100,7 +91,7 @@ def _row(
 
 def call_path_rows(dev: Device, repeats: int, rng: Any) -> Iterator[Comparison]:
     """The four figures for a Program and for softmax, each against its raw floor."""
-    with untimed(dev):
+    with timing(dev, False):
         for kind in ("program", "softmax"):
             k = _Kind(dev, rng, kind)
             kept = k.record()
