@@ -81,8 +81,7 @@ class Settles(Protocol):
     """What the context needs of a submission
     (:class:`~vkcore.device.submit.submission.Submission`)."""
 
-    @property
-    def unsettled(self) -> bool: ...
+    unsettled: bool  # a plain attribute: read before every free
 
     def settle(self) -> None: ...
 

@@ -68,9 +68,15 @@ class Submission:
         self._signalled = True
 
     @property
-    def unsettled(self) -> bool:
-        """Submitted (or about to be) and not yet seen finished."""
-        return self.state != IDLE
+    def state(self) -> str:
+        return self._state
+
+    @state.setter
+    def state(self, value: str) -> None:
+        self._state = value
+        # Submitted (or about to be) and not yet seen finished: a plain attribute, so that
+        # the device context reads it before every free without calling up a layer.
+        self.unsettled = value != IDLE
 
     def submit(self, submit_info: Any) -> None:
         """vkQueueSubmit of one VkSubmitInfo, signalling the fence. The caller holds the
