@@ -3,13 +3,14 @@
 * subgroups of 4 (``LP_NATIVE_VECTOR_WIDTH=128`` on Mesa 22's lavapipe; its default is 8),
   so that no kernel silently depends on one subgroup size;
 * the staging path (``VKCORE_FORCE_STAGING=1``): device-local buffers reached through a
-  staging buffer, as on a discrete GPU without resizable BAR.
+  staging buffer, as on a discrete GPU without resizable BAR (texel and storage loads).
 
 Each runs ``tests/support/kernel_tour.py`` (every kernel tour, checked against numpy) under the
-validation layer, and asserts that the configuration really took effect. The tours read
-through texel buffers only (the storage-load variants are the same arithmetic, run by the
-full tour in-process), and start from this session's SPIR-V cache: SPIR-V does not depend
-on these settings, the driver's compilation (what they change) still happens.
+validation layer, and asserts that the configuration really took effect. Under subgroups
+of 4 the tours read through texel buffers only (the storage-load variants are the same
+arithmetic, run by the full tour in-process), and start from this session's SPIR-V
+cache: SPIR-V does not depend on these settings, the driver's compilation (what they
+change) still happens.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ TOUR = SUPPORT / "kernel_tour.py"
 REPO = TOUR.parents[1]
 
 
-def run_tour(tmp_path: Path, env_extra: dict[str, str], *flags: str) -> dict:
+def run_tour(
+    tmp_path: Path, env_extra: dict[str, str], *flags: str, texel_only: bool = True
+) -> dict:
     cache = tmp_path / "cache"
     session_spirv = Path(os.environ["VKCORE_CACHE_DIR"]) / "spirv"
     if session_spirv.is_dir():
@@ -38,7 +41,7 @@ def run_tour(tmp_path: Path, env_extra: dict[str, str], *flags: str) -> dict:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env.update(env_extra)
     out = subprocess.run(
-        [sys.executable, str(TOUR), "--native-only", "--texel-only", *flags],
+        [sys.executable, str(TOUR), "--native-only", *(["--texel-only"] * texel_only), *flags],
         capture_output=True,
         text=True,
         timeout=400,
@@ -58,9 +61,19 @@ def test_every_kernel_with_subgroups_of_4(device, tmp_path):
 
 
 def test_every_kernel_on_the_staging_path(tmp_path):
-    summary = run_tour(tmp_path, {"VKCORE_FORCE_STAGING": "1"}, "--expect-staging")
+    """Both load paths (texel and storage buffers): staging changes where every buffer
+    lives and how each input and result travels, whichever variant reads it. The forced
+    feature profiles (no RTE, shared-memory reductions) change only shader arithmetic,
+    not memory, and run in-process in tests/test_packaging.py."""
+    summary = run_tour(
+        tmp_path, {"VKCORE_FORCE_STAGING": "1"}, "--expect-staging", texel_only=False
+    )
     assert summary["tensors_mapped"] is False
-    assert len(summary["checks"]) >= 40
+    checks = summary["checks"]
+    assert len(checks) >= 80
+    for texel in ("0", "1"):
+        assert any(f"[texel={texel}," in c and c.startswith("softmax") for c in checks)
+        assert any(f"[texel={texel}," in c and "matvec" in c for c in checks)
 
 
 LANE_DRIFT = """
