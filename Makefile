@@ -41,9 +41,11 @@ demo: setup
 	$(PY) -m vkcore demo
 
 # The whole suite: lint and type checks, then pytest under the validation layer (the
-# wheel build, the examples, the short soak and the cold/warm command are tests too).
+# wheel build, the examples, the short soak and the cold/warm command are tests too), one
+# pytest-xdist worker per core up to 4 (TEST_WORKERS=0: one process).
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
 test: setup lint
-	VKCORE_VALIDATION=1 $(PY) -m pytest -q
+	VKCORE_VALIDATION=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 # The long soak: thousands of kernel calls and device lifetimes under validation; prints
 # calls, duration, RSS and live Vulkan object counts (make test runs a short version).
