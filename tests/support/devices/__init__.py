@@ -156,6 +156,11 @@ def device_info(record: dict[str, Any]) -> DeviceInfo:
         rounding_mode_rte_float32=bool(floats.get("shaderRoundingModeRTEFloat32", False)),
         denorm_preserve_float32=bool(floats.get("shaderDenormPreserveFloat32", False)),
         denorm_flush_to_zero_float32=bool(floats.get("shaderDenormFlushToZeroFloat32", False)),
+        max_uniform_buffer_range=lim.get("maxUniformBufferRange", 0),
+        max_bound_descriptor_sets=lim.get("maxBoundDescriptorSets", 0),
+        shader_int64=bool(feats.get("shaderInt64", False)),
+        shader_int16=bool(feats.get("shaderInt16", False)),
+        shader_float16=bool(feats.get("shaderFloat16", False)),
     )
 
 
