@@ -32,8 +32,9 @@ Binding rules (descriptor set 0; a GLSL error is a :class:`vkcore.ShaderCompileE
   reinterpreted; to pass the bits of a float32 array to ``uint x[]``, ``x.view(np.uint32)``).
   A block that mixes scalar types (``uint n; float x[];``) takes the bytes of a numpy
   array in native byte order (any dtype, structured ones too) or of a Tensor.
-* storage blocks (``buffer``) and uniform blocks (``uniform``, at most 16 KiB: Vulkan's
-  guaranteed maxUniformBufferRange) are bound whole; ``textureBuffer`` bindings (uniform
+* storage blocks (``buffer``) and uniform blocks (``uniform``) are bound whole, within
+  the device's limits (each checked before the pipeline is made: docs/programs.md,
+  "Device limits"; :mod:`vkcore.compute.program_limits`); ``textureBuffer`` bindings (uniform
   texel buffers) need their view format at construction (``texel={binding: "r32f"}``);
   ``imageBuffer`` (storage texel buffers) is not supported.
 * push constants by member name, with the member's reflected type (``int``/``uint``
