@@ -138,8 +138,8 @@ def test_dispatch_group_counts(info):
             limits.check_groups(grid, info)
 
 
-# The lowest values Vulkan allows for the descriptor limits the recorded reports lack
-# (they are unknown there, 0): each limit is tried at such a value and at this device's.
+# The lowest values Vulkan allows for the descriptor limits; a recorded report that lacks
+# one (the vulkaninfo texts: 0, unknown) is tried at this value instead.
 VULKAN_MINIMUMS = dict(
     max_per_stage_descriptor_storage_buffers=4,
     max_per_stage_descriptor_uniform_buffers=12,
@@ -155,24 +155,69 @@ VULKAN_MINIMUMS = dict(
 )
 
 
+def known(info: vkcore.DeviceInfo) -> vkcore.DeviceInfo:
+    unknown = {f: v for f, v in VULKAN_MINIMUMS.items() if not getattr(info, f)}
+    return dataclasses.replace(info, **unknown)
+
+
+def test_recorded_descriptor_limits_are_the_reports(info):
+    """The reports converted by gpuinfo.py carry their descriptor limits (PowerVR's 16
+    uniform buffers per stage, for one); every known value is at least Vulkan's minimum."""
+    for field, minimum in VULKAN_MINIMUMS.items():
+        value = getattr(info, field)
+        assert value == 0 or value >= minimum, (field, value)
+
+
 @pytest.mark.parametrize("scope", [1, 2], ids=["per_stage", "pipeline_layout"])
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("source", ["vulkan_minimums", "this_device"])
-def test_each_descriptor_kind_against_its_limits(kind, scope, source, device):
-    info = device.info
-    if source == "vulkan_minimums":
-        info = dataclasses.replace(info, **VULKAN_MINIMUMS)
+def test_each_descriptor_kind_against_its_limits(kind, scope, info):
     field, name = limits.DESCRIPTOR_LIMITS[kind][scope]
-    # The other limit of the pair raised far above: only the one under test can trip.
     other_field = limits.DESCRIPTOR_LIMITS[kind][3 - scope][0]
-    info = dataclasses.replace(
-        info,
-        **{other_field: 10**6, "max_per_stage_resources": 10**6},
-        max_per_set_descriptors=10**6,
+    for base in (known(info), dataclasses.replace(info, **VULKAN_MINIMUMS)):
+        # The other limits raised above the count: only the one under test can trip.
+        limit = getattr(base, field)
+        base = dataclasses.replace(base, **{other_field: 2**40, "max_per_stage_resources": 2**40})
+        assert limits.count_problems({kind: limit}, {}, base) == []
+        assert_names(limits.count_problems({kind: limit + 1}, {}, base), name, limit)
+    # Counted from the bindings themselves, at a small limit.
+    small = dataclasses.replace(known(info), **VULKAN_MINIMUMS)
+    limit = getattr(small, field)
+    small = dataclasses.replace(small, **{other_field: 10**6, "max_per_stage_resources": 10**6})
+    assert limits.descriptor_problems(bindings(kind, limit), small) == []
+    assert_names(limits.descriptor_problems(bindings(kind, limit + 1), small), name, limit)
+
+
+def spread(n: int, info: vkcore.DeviceInfo) -> dict[str, int] | None:
+    """``n`` descriptors over the kinds, each within its own limits (None if they cannot
+    hold that many)."""
+    out = {}
+    for kind, (_label, (stage_field, _), (layout_field, _)) in limits.DESCRIPTOR_LIMITS.items():
+        out[kind] = min(n, getattr(info, stage_field), getattr(info, layout_field))
+        n -= out[kind]
+    return out if n == 0 else None
+
+
+def test_total_per_stage_and_per_set_and_sets_bound_on_recorded_devices(info):
+    info = known(info)
+    total = info.max_per_stage_resources
+    if spread(total + 1, info) is None:  # the kinds cannot pass the total: a lower one
+        total = (
+            sum(
+                min(getattr(info, s[0]), getattr(info, t[0]))
+                for _l, s, t in limits.DESCRIPTOR_LIMITS.values()
+            )
+            - 1
+        )
+        info = dataclasses.replace(info, max_per_stage_resources=total)
+    assert limits.count_problems(spread(total, info), {}, info) == []
+    assert_names(
+        limits.count_problems(spread(total + 1, info), {}, info), "maxPerStageResources", total
     )
-    limit = getattr(info, field)
-    assert limits.descriptor_problems(bindings(kind, limit), info) == []
-    assert_names(limits.descriptor_problems(bindings(kind, limit + 1), info), name, limit)
+    per_set, sets = info.max_per_set_descriptors, info.max_bound_descriptor_sets
+    assert limits.count_problems({}, {0: per_set}, info) == []
+    assert_names(limits.count_problems({}, {0: per_set + 1}, info), "maxPerSetDescriptors", per_set)
+    assert limits.count_problems({}, {sets - 1: 1}, info) == []
+    assert_names(limits.count_problems({}, {sets: 1}, info), "maxBoundDescriptorSets", sets)
 
 
 def test_total_descriptors_per_stage_and_per_set_and_sets_bound(device):

@@ -70,37 +70,36 @@ def push_problems(push_size: int, info: DeviceInfo) -> list[str]:
 
 
 def descriptor_problems(bindings: Sequence[reflect.Binding], info: DeviceInfo) -> list[str]:
+    """The shader's descriptors against the device (:func:`count_problems`)."""
+    by_kind = {kind: sum(1 for b in bindings if b.kind == kind) for kind in DESCRIPTOR_LIMITS}
+    by_set: dict[int, int] = {}
+    for b in bindings:
+        by_set[b.set] = by_set.get(b.set, 0) + 1
+    return count_problems(by_kind, by_set, info)
+
+
+def count_problems(
+    by_kind: Mapping[str, int], by_set: Mapping[int, int], info: DeviceInfo
+) -> list[str]:
     """Counts of each descriptor kind (one compute stage: its per-stage count is its
-    pipeline layout's), the total per stage and per set, and the sets bound."""
+    pipeline layout's), their total, the count of each set, and the sets bound."""
     out = []
-    for kind, (
-        label,
-        (stage_field, stage_name),
-        (layout_field, layout_name),
-    ) in DESCRIPTOR_LIMITS.items():
-        count = sum(1 for b in bindings if b.kind == kind)
-        for field, name in ((stage_field, stage_name), (layout_field, layout_name)):
+    for kind, (label, *scopes) in DESCRIPTOR_LIMITS.items():
+        count = by_kind.get(kind, 0)
+        for field, name in scopes:
             out.append(
                 _over(f"the shader declares {count} {label}", count, name, _int(info, field))
             )
-    out.append(
-        _over(
-            f"the shader declares {len(bindings)} descriptors",
-            len(bindings),
-            "maxPerStageResources",
-            info.max_per_stage_resources,
-        )
-    )
-    sets = sorted({b.set for b in bindings})
-    for number in sets:
-        count = sum(1 for b in bindings if b.set == number)
+    total = sum(by_kind.values())
+    what = f"the shader declares {total} descriptors"
+    out.append(_over(what, total, "maxPerStageResources", info.max_per_stage_resources))
+    for number, count in sorted(by_set.items()):
         what = f"descriptor set {number} holds {count} descriptors"
         out.append(_over(what, count, "maxPerSetDescriptors", info.max_per_set_descriptors))
-    if sets:
-        what = f"the shader uses descriptor set {sets[-1]} ({sets[-1] + 1} sets bound)"
-        out.append(
-            _over(what, sets[-1] + 1, "maxBoundDescriptorSets", info.max_bound_descriptor_sets)
-        )
+    if by_set:
+        last = max(by_set)
+        what = f"the shader uses descriptor set {last} ({last + 1} sets bound)"
+        out.append(_over(what, last + 1, "maxBoundDescriptorSets", info.max_bound_descriptor_sets))
     return [p for p in out if p]
 
 
