@@ -359,9 +359,15 @@ def test_text_is_not_a_buffer_and_huge_uniform_blocks_are_refused(device):
         prog("abcd", np.zeros(4, np.float32), groups=4, a=1.0, n=4, shift=0)
     big = """#version 450
 layout(local_size_x = 1) in;
-layout(std140, binding = 0) uniform U { vec4 v[2048]; } u;
+layout(std140, binding = 0) uniform U { vec4 v[N]; } u;
 layout(std430, binding = 1) buffer O { vec4 o[]; };
 void main() { o[0] = u.v[0]; }
 """
-    with pytest.raises(ValueError, match="uniform block of 32768 bytes"):
-        vkcore.Program(big, device=device)
+    limit = device.info.max_uniform_buffer_range  # the device's value, not Vulkan's minimum
+    fits = vkcore.Program(big, defines={"N": limit // 16}, device=device)
+    assert fits.bindings[0].fixed_bytes == limit
+    with pytest.raises(
+        ValueError,
+        match=f"uniform block of {limit + 16} bytes.*maxUniformBufferRange \\({limit}\\)",
+    ):
+        vkcore.Program(big, defines={"N": limit // 16 + 1}, device=device)

@@ -32,8 +32,9 @@ Binding rules (descriptor set 0; a GLSL error is a :class:`vkcore.ShaderCompileE
   reinterpreted; to pass the bits of a float32 array to ``uint x[]``, ``x.view(np.uint32)``).
   A block that mixes scalar types (``uint n; float x[];``) takes the bytes of a numpy
   array in native byte order (any dtype, structured ones too) or of a Tensor.
-* storage blocks (``buffer``) and uniform blocks (``uniform``, at most 16 KiB: Vulkan's
-  guaranteed maxUniformBufferRange) are bound whole; ``textureBuffer`` bindings (uniform
+* storage blocks (``buffer``) and uniform blocks (``uniform``) are bound whole, within
+  the device's limits (each checked before the pipeline is made: docs/programs.md,
+  "Device limits"; :mod:`vkcore.compute.program_limits`); ``textureBuffer`` bindings (uniform
   texel buffers) need their view format at construction (``texel={binding: "r32f"}``);
   ``imageBuffer`` (storage texel buffers) is not supported.
 * push constants by member name, with the member's reflected type (``int``/``uint``
@@ -53,7 +54,7 @@ import numpy as np
 
 from vkcore import spirv
 from vkcore._vk import constants as vk
-from vkcore.compute import program_args
+from vkcore.compute import program_args, program_limits
 from vkcore.compute import program_source as source_of
 from vkcore.compute.push_block import PushBlock
 from vkcore.compute.tensor import Tensor, asarray, check_on_device
@@ -144,7 +145,7 @@ class Program:
         self.texel = source_of.texel_formats(self.device, self.bindings, texel)
         self.spec = source_of.spec_values(interface, spec, workgroup)
         self.workgroup = source_of.local_size(interface, self.spec)
-        source_of.check_workgroup(self.workgroup, self.device.info)
+        program_limits.check_interface(interface, self.workgroup, self.spec, self.device.info, name)
         self.pipeline = self._pipeline()
         self._push_block = PushBlock(self.push, interface.push_size, name)
         self._max_groups = tuple(int(g) for g in self.device.info.max_compute_work_group_count)
@@ -184,7 +185,7 @@ class Program:
             self.name,
             bindings=layout,
             push_size=self.interface.push_size,
-            spec=self.spec,
+            spec=source_of.spec_data(self.interface, self.spec),
             texel=self.texel,
             access=tuple(b.access for b in self.bindings),
         )
@@ -387,12 +388,7 @@ class Program:
         ):
             raise TypeError(f"groups must be an int or 1 to 3 ints, got {shown(groups)}")
         dims += [1] * (3 - len(dims))
-        limits = self.device.info.max_compute_work_group_count
-        for dim, (g, limit) in enumerate(zip(dims, limits, strict=True)):
-            if not 1 <= g <= limit:
-                raise ValueError(
-                    f"groups[{dim}] = {g} is outside 1..{limit} (maxComputeWorkGroupCount)"
-                )
+        program_limits.check_groups(dims, self.device.info)
         return int(dims[0]), int(dims[1]), int(dims[2])
 
     def __repr__(self) -> str:

@@ -14,7 +14,6 @@ types takes a native-byte-order numpy array (any dtype: its bytes) or a Tensor, 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +26,6 @@ from vkcore.device.memory.buffer import Buffer
 from vkcore.errors import shown
 from vkcore.spirv import reflect
 
-UNIFORM_BLOCK_LIMIT = 16384  # the minimum maxUniformBufferRange every Vulkan device offers
 TEXEL_BYTES = {"r32f": 4, "r32ui": 4, "rgba32f": 16, "rgba32ui": 16}
 TEXEL_ELEMENTS = {"r32f": "float32", "r32ui": "uint32", "rgba32f": "float32", "rgba32ui": "uint32"}
 # A numpy argument up to this size keeps its staging buffer in the Program between calls
@@ -39,12 +37,21 @@ HELD_STAGING_BYTES = 1 << 16
 class BindingRules:
     """What a program's buffers are checked against: its device, the view format of each
     textureBuffer binding, one binding's byte limit, and each binding's element dtype
-    (None for a block that mixes scalar types: :func:`elements`)."""
+    (None for a block that mixes scalar types: :func:`elements`). The limits are the
+    device's: maxStorageBufferRange, maxUniformBufferRange, maxTexelBufferElements."""
 
     device: Device
     texel: dict[int, str]
     max_binding: int
     dtypes: dict[int, np.dtype | None]
+
+    @property
+    def max_uniform(self) -> int:
+        return int(self.device.info.max_uniform_buffer_range)
+
+    @property
+    def max_texels(self) -> int:
+        return int(self.device.info.max_texel_buffer_elements)
 
 
 def elements(bindings: Sequence[reflect.Binding], texel: dict[int, str]) -> dict[int, Any]:
@@ -223,6 +230,11 @@ def size_problem(
         texel = TEXEL_BYTES[fmt]
         if nbytes < texel or (whole_elements and nbytes % texel):
             return f"{nbytes} bytes is not whole {fmt} texels ({texel} bytes)"
+        if nbytes // texel > rules.max_texels:  # a view past the limit: never clamped
+            return (
+                f"{nbytes // texel} {fmt} texels is more than one texel binding may view "
+                f"(this device's maxTexelBufferElements, {rules.max_texels})"
+            )
         return None
     if nbytes < b.fixed_bytes:
         return f"{nbytes} bytes is smaller than the block's fixed part ({b.fixed_bytes} bytes)"
@@ -231,9 +243,11 @@ def size_problem(
             f"{nbytes} bytes is not the block's {b.fixed_bytes} fixed bytes plus whole "
             f"elements of {b.stride} bytes"
         )
-    limit = UNIFORM_BLOCK_LIMIT if b.kind == reflect.UNIFORM_BUFFER else rules.max_binding
+    uniform = b.kind == reflect.UNIFORM_BUFFER
+    limit = rules.max_uniform if uniform else rules.max_binding
     if nbytes > limit:
-        return f"{nbytes} bytes is more than one binding may cover ({limit} bytes)"
+        name = "maxUniformBufferRange" if uniform else "maxStorageBufferRange"
+        return f"{nbytes} bytes is more than one binding may cover (this device's {name}, {limit})"
     return None
 
 
@@ -245,8 +259,8 @@ def size_bounds(
     fmt = rules.texel.get(b.binding)
     if fmt is not None:
         texel = TEXEL_BYTES[fmt]
-        return texel, math.inf, 0, texel if whole_elements else 1
-    limit = UNIFORM_BLOCK_LIMIT if b.kind == reflect.UNIFORM_BUFFER else rules.max_binding
+        return texel, texel * (rules.max_texels + 1) - 1, 0, texel if whole_elements else 1
+    limit = rules.max_uniform if b.kind == reflect.UNIFORM_BUFFER else rules.max_binding
     step = b.stride if whole_elements and b.stride else 1
     return max(1, b.fixed_bytes), limit, b.fixed_bytes, step
 

@@ -4,7 +4,6 @@ bytes) and the checks of its construction arguments (workgroup, texel formats)."
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -12,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from vkcore import spirv
-from vkcore.compute.program_args import TEXEL_BYTES, UNIFORM_BLOCK_LIMIT
-from vkcore.compute.push_block import spec_value
+from vkcore.compute.program_args import TEXEL_BYTES
+from vkcore.compute.push_block import spec_bytes, spec_value
 from vkcore.device.device import Device
 from vkcore.errors import cut, shown
 from vkcore.spirv import entries, reflect
@@ -105,8 +104,8 @@ def texel_formats(
 
 
 def check_bindings(bindings: Sequence[reflect.Binding]) -> None:
-    """Refuse what vkcore.Program cannot bind (other sets, imageBuffer, big uniform
-    blocks, a binding number used twice)."""
+    """Refuse what vkcore.Program cannot bind (other sets, imageBuffer, a binding number
+    used twice); the device's limits are :mod:`vkcore.compute.program_limits`'."""
     for b in bindings:
         if b.set != 0:
             raise ValueError(f"binding {b.binding} is in descriptor set {b.set}; use set 0")
@@ -114,13 +113,6 @@ def check_bindings(bindings: Sequence[reflect.Binding]) -> None:
             raise ValueError(
                 f"binding {b.binding} ({b.name}) is an imageBuffer (storage texel "
                 "buffer), which vkcore.Program does not support; use a storage buffer"
-            )
-    for b in bindings:
-        if b.kind == reflect.UNIFORM_BUFFER and b.fixed_bytes > UNIFORM_BLOCK_LIMIT:
-            raise ValueError(
-                f"binding {b.binding} ({b.name}) is a uniform block of {b.fixed_bytes} "
-                f"bytes, more than {UNIFORM_BLOCK_LIMIT} (Vulkan's guaranteed "
-                "maxUniformBufferRange); use a storage buffer"
             )
     numbers = [b.binding for b in bindings]
     if len(set(numbers)) != len(numbers):
@@ -168,26 +160,15 @@ def spec_values(
     return values
 
 
+def spec_data(interface: reflect.Interface, values: Mapping[int, Any]) -> dict[int, bytes]:
+    """SpecId -> the bytes the pipeline takes for each set constant (its type's width)."""
+    by_id = {c.id: c for c in interface.spec}
+    local = reflect.SpecConstant(0, "", "uint", 0)  # a LocalSizeId naming no SpecConstant
+    return {i: spec_bytes(by_id.get(i, local), v) for i, v in values.items()}
+
+
 def local_size(interface: reflect.Interface, spec: Mapping[int, Any]) -> tuple[int, int, int]:
     """The local size in effect: the shader's, with the ids ``spec`` sets replaced."""
     ids, sizes = interface.local_size_ids, interface.local_size
     x, y, z = (int(spec.get(i, s)) if i is not None else s for i, s in zip(ids, sizes, strict=True))
     return x, y, z
-
-
-def check_workgroup(workgroup: tuple[int, int, int], info: Any) -> None:
-    """Refuse a local size beyond the device's limits."""
-    for dim, (size, limit) in enumerate(
-        zip(workgroup, info.max_compute_work_group_size, strict=True)
-    ):
-        if not 1 <= size <= limit:
-            raise ValueError(
-                f"workgroup: local_size_{'xyz'[dim]} = {size} is outside 1..{limit} "
-                "(maxComputeWorkGroupSize)"
-            )
-    total = math.prod(workgroup)
-    if total > info.max_compute_work_group_invocations:
-        raise ValueError(
-            f"workgroup: {workgroup} is {total} invocations, more than this device's "
-            f"maxComputeWorkGroupInvocations ({info.max_compute_work_group_invocations})"
-        )

@@ -126,15 +126,52 @@ def member_value(m: reflect.PushMember, v: Any, what: str = "") -> int | float:
     return int(v)
 
 
-def spec_value(const: reflect.SpecConstant, value: Any) -> int | float:
-    """The value as the pipeline takes it: ints as their 32-bit pattern, floats as float."""
-    label = const.name or f"SpecId {const.id}"
-    if const.kind == "bool":
+_SPEC_FORMATS = {("int", 8): "<b", ("int", 16): "<h", ("int", 32): "<i", ("int", 64): "<q"}
+_SPEC_FORMATS |= {("uint", 8): "<B", ("uint", 16): "<H", ("uint", 32): "<I", ("uint", 64): "<Q"}
+_SPEC_FORMATS |= {("float", 16): "<e", ("float", 32): "<f", ("float", 64): "<d"}
+_SPEC_FORMATS |= {("bool", 32): "<I"}  # a VkBool32
+_FLOAT_MAX = {16: float(np.finfo(np.float16).max), 32: _FLOAT32_MAX}
+
+
+def spec_value(const: reflect.SpecConstant, value: Any) -> int | float | bool:
+    """``value`` checked against the constant's type and width (an int in its range, a
+    real number within a float type's finite range, or inf or NaN; a bool for a bool)."""
+    label = f"spec: {const.name or f'SpecId {const.id}'}"
+    kind, bits = const.kind, const.bits
+    type_name = f"{'an' if kind in ('int', 'uint') else 'a'} {kind}"
+    if kind == "bool":
         if not isinstance(value, (bool, np.bool_)):
-            raise TypeError(f"spec: {label} is a bool, got {type(value).__name__}")
-        return int(bool(value))
-    member = reflect.PushMember(label, 0, const.kind)
-    number = member_value(member, value, f"spec: {label}")
-    if const.kind == "int":
-        return struct.unpack("<I", struct.pack("<i", int(number)))[0]
-    return number
+            raise TypeError(f"{label} is a bool, got {type(value).__name__}")
+        return bool(value)
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise TypeError(f"{label} is {type_name}, got {type(value).__name__}")
+        finite_max = _FLOAT_MAX.get(bits, float(np.finfo(np.float64).max))
+        try:
+            number = float(value)
+        except OverflowError:  # an int beyond float64
+            number = math.inf
+        # inf and NaN are values of every float type; a finite number beyond its range is not
+        beyond = abs(number) > finite_max and (
+            math.isfinite(number) or isinstance(value, (int, np.integer))
+        )
+        if beyond:
+            raise ValueError(
+                f"{label} ({kind}{bits}) must be within +-{finite_max:.8g}, got {shown(value)}"
+            )
+        return number
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{label} is {type_name}, got {type(value).__name__} {shown(value)}")
+    lo, hi = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if kind == "int" else (0, 2**bits - 1)
+    if not lo <= int(value) <= hi:
+        raise ValueError(f"{label} ({kind}{bits}) must be in {lo}..{hi}, got {shown(value)}")
+    return int(value)
+
+
+def spec_bytes(const: reflect.SpecConstant, value: Any) -> bytes:
+    """The bytes of a checked value (:func:`spec_value`) as the pipeline takes them: the
+    constant's own width (8 bytes for a double or a 64-bit int), little-endian."""
+    fmt = _SPEC_FORMATS.get((const.kind, const.bits))
+    if fmt is None:
+        raise ValueError(f"spec: {const.name or const.id} is a {const.bits}-bit {const.kind}")
+    return struct.pack(fmt, spec_value(const, value))

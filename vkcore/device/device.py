@@ -193,7 +193,7 @@ class Device(DeviceContext):
         *,
         bindings: tuple[tuple[int, int], ...],
         push_size: int,
-        spec: Mapping[int, int | float],
+        spec: Mapping[int, bytes],
         texel: Mapping[int, str],
         access: Sequence[str] | None = None,
     ) -> Pipeline:

@@ -123,6 +123,25 @@ class DeviceInfo:
     rounding_mode_rte_float32: bool = False
     denorm_preserve_float32: bool = False
     denorm_flush_to_zero_float32: bool = False
+    # What a pipeline layout and a compute stage may hold (VkPhysicalDeviceLimits; the
+    # per-set total from VkPhysicalDeviceMaintenance3Properties): 0 where unknown.
+    max_uniform_buffer_range: int = 0
+    max_bound_descriptor_sets: int = 0
+    max_per_stage_descriptor_storage_buffers: int = 0
+    max_per_stage_descriptor_uniform_buffers: int = 0
+    max_per_stage_descriptor_sampled_images: int = 0  # uniform texel buffers count here
+    max_per_stage_descriptor_storage_images: int = 0  # storage texel buffers count here
+    max_per_stage_resources: int = 0
+    max_descriptor_set_storage_buffers: int = 0
+    max_descriptor_set_uniform_buffers: int = 0
+    max_descriptor_set_sampled_images: int = 0
+    max_descriptor_set_storage_images: int = 0
+    max_per_set_descriptors: int = 0
+    # Shader arithmetic types (VkPhysicalDeviceFeatures, Float16Int8 features).
+    shader_float64: bool = False
+    shader_int64: bool = False
+    shader_int16: bool = False
+    shader_float16: bool = False
 
     @property
     def portability_subset(self) -> bool:
@@ -286,6 +305,22 @@ def query_info(instance: Instance, physical: Any, index: int) -> DeviceInfo:
         denorm_flush_to_zero_float32=bool(
             floats is not None and floats.shaderDenormFlushToZeroFloat32
         ),
+        max_uniform_buffer_range=limits.maxUniformBufferRange,
+        max_bound_descriptor_sets=limits.maxBoundDescriptorSets,
+        max_per_stage_descriptor_storage_buffers=limits.maxPerStageDescriptorStorageBuffers,
+        max_per_stage_descriptor_uniform_buffers=limits.maxPerStageDescriptorUniformBuffers,
+        max_per_stage_descriptor_sampled_images=limits.maxPerStageDescriptorSampledImages,
+        max_per_stage_descriptor_storage_images=limits.maxPerStageDescriptorStorageImages,
+        max_per_stage_resources=limits.maxPerStageResources,
+        max_descriptor_set_storage_buffers=limits.maxDescriptorSetStorageBuffers,
+        max_descriptor_set_uniform_buffers=limits.maxDescriptorSetUniformBuffers,
+        max_descriptor_set_sampled_images=limits.maxDescriptorSetSampledImages,
+        max_descriptor_set_storage_images=limits.maxDescriptorSetStorageImages,
+        max_per_set_descriptors=maint3.maxPerSetDescriptors,
+        shader_float64=bool(feats2.features.shaderFloat64),
+        shader_int64=bool(feats2.features.shaderInt64),
+        shader_int16=bool(feats2.features.shaderInt16),
+        shader_float16=bool(fi8.shaderFloat16) if fi8 is not None else False,
     )
 
 

@@ -70,8 +70,9 @@ def device_extensions_for(info: DeviceInfo) -> list[str]:
 
 
 def create(ffi: Any, lib: Any, physical: Any, info: DeviceInfo) -> LogicalDevice:
-    """vkCreateDevice with one compute queue and the 8-bit storage, int8 and integer dot
-    product features wherever the device has them."""
+    """vkCreateDevice with one compute queue and the 8-bit storage, int8, float16, int16,
+    int64, float64 and integer dot product features wherever the device has them (the
+    types a Program's shader may use, specialization constants included)."""
     keep = _vk.Keep()
     family, timestamp_bits = compute_queue_family(ffi, lib, physical, info.name)
     priority = keep.new("float[]", [1.0])
@@ -85,15 +86,26 @@ def create(ffi: Any, lib: Any, physical: Any, info: DeviceInfo) -> LogicalDevice
     f8 = fi8 = fdot = None
     if info.storage_buffer_8bit_access:
         f8 = keep.struct("VkPhysicalDevice8BitStorageFeatures", storageBuffer8BitAccess=1)
-    if info.shader_int8:
-        fi8 = keep.struct("VkPhysicalDeviceShaderFloat16Int8Features", shaderInt8=1)
+    if info.shader_int8 or info.shader_float16:
+        fi8 = keep.struct(
+            "VkPhysicalDeviceShaderFloat16Int8Features",
+            shaderInt8=int(info.shader_int8),
+            shaderFloat16=int(info.shader_float16),
+        )
     if info.integer_dot_product:
         fdot = keep.struct(
             "VkPhysicalDeviceShaderIntegerDotProductFeatures", shaderIntegerDotProduct=1
         )
+    features = keep.struct(
+        "VkPhysicalDeviceFeatures",
+        shaderFloat64=int(info.shader_float64),
+        shaderInt64=int(info.shader_int64),
+        shaderInt16=int(info.shader_int16),
+    )
     create_info = keep.struct(
         "VkDeviceCreateInfo",
         pNext=keep.chain(f8, fi8, fdot),
+        pEnabledFeatures=features,
         queueCreateInfoCount=1,
         pQueueCreateInfos=queue_info,
         enabledExtensionCount=len(extensions),

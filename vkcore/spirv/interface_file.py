@@ -22,7 +22,8 @@ from vkcore.spirv.reflect_element import ELEMENTS
 
 log = logging.getLogger("vkcore")
 FILE_NAME = "interfaces.json"
-FORMAT = 3  # 2: bindings say whether the code uses them; 3: and their element type
+FORMAT = 4  # 2: bindings say whether the code uses them; 3: and their element type;
+# 4: specialization constants' bits, the shared-memory size
 _KINDS = frozenset(
     {
         reflect.STORAGE_BUFFER,
@@ -33,6 +34,8 @@ _KINDS = frozenset(
 )
 _PUSH_KINDS = frozenset({"int", "uint", "float"})
 _SPEC_KINDS = frozenset({"bool", "int", "uint", "float"})
+_INT_BITS = (8, 16, 32, 64)
+_SIZE_OPERATIONS = frozenset(reflect.SPEC_OPS.values())
 
 
 def digest(code: bytes) -> str:
@@ -58,10 +61,11 @@ def to_json(iface: reflect.Interface) -> dict[str, Any]:
         ],
         "push": [[m.name, m.offset, m.kind, m.count] for m in iface.push],
         "push_size": iface.push_size,
-        "spec": [[c.id, c.name, c.kind, c.default] for c in iface.spec],
+        "spec": [[c.id, c.name, c.kind, c.default, c.bits] for c in iface.spec],
         "local_size": list(iface.local_size),
         "local_size_ids": list(iface.local_size_ids),
         "entry_point": iface.entry_point,
+        "shared_bytes": iface.shared_bytes,
     }
 
 
@@ -115,6 +119,7 @@ def from_json(entry: Any) -> reflect.Interface:
         local_size=_dims(entry["local_size"]),
         local_size_ids=_ids(entry["local_size_ids"]),
         entry_point=_str(entry["entry_point"]),
+        shared_bytes=_size(entry["shared_bytes"]),
     )
 
 
@@ -148,13 +153,31 @@ def _push(raw: Any) -> reflect.PushMember:
 
 
 def _spec(raw: Any) -> reflect.SpecConstant:
-    spec_id, name, kind, default = _list(raw, 4)
+    spec_id, name, kind, default, bits = _list(raw, 5)
     if kind not in _SPEC_KINDS:
         raise ValueError(f"unknown specialization constant type {kind!r}")
+    if bits not in ((32,) if kind == "bool" else (16, 32, 64) if kind == "float" else _INT_BITS):
+        raise ValueError(f"a {kind} specialization constant of {bits!r} bits")
     number = bool if kind == "bool" else float if kind == "float" else int
     if type(default) is not number and not (number is float and type(default) is int):
         raise TypeError(f"specialization constant default {default!r} is not a {kind}")
-    return reflect.SpecConstant(_uint(spec_id), _str(name), kind, default)
+    return reflect.SpecConstant(_uint(spec_id), _str(name), kind, default, bits)
+
+
+def _size(raw: Any) -> reflect.Size:
+    """A :data:`reflect.Size` from JSON (lists for its tuples), every node checked."""
+    if raw is None:
+        return None
+    if type(raw) is int:
+        if raw < 0:
+            raise ValueError(f"a size of {raw} bytes")
+        return raw
+    node = _list(raw)
+    if len(node) == 2 and node[0] == "spec":
+        return ("spec", _uint(node[1]))
+    if len(node) == 3 and node[0] in _SIZE_OPERATIONS:
+        return (node[0], _size(node[1]), _size(node[2]))
+    raise ValueError(f"not a size expression: {raw!r}")
 
 
 def _dims(raw: Any) -> tuple[int, int, int]:

@@ -17,22 +17,33 @@ from typing import Any
 
 from vkcore.spirv.reflect_element import element_of
 
+# A size that specialization may change: an int, ("spec", SpecId) (that constant's value),
+# or (operation, a, b) with an operation of SPEC_OPS' names; None where unknown.
+Size = Any
+
 # Opcodes
 _OP_NAME, _OP_MEMBER_NAME, _OP_ENTRY_POINT, _OP_EXECUTION_MODE, _OP_FUNCTION = 5, 6, 15, 16, 54
 _OP_TYPE_BOOL, _OP_TYPE_INT, _OP_TYPE_FLOAT, _OP_TYPE_VECTOR = 20, 21, 22, 23
 _OP_TYPE_MATRIX, _OP_TYPE_IMAGE, _OP_TYPE_SAMPLED_IMAGE, _OP_EXECUTION_MODE_ID = 24, 25, 27, 331
 _OP_TYPE_ARRAY, _OP_TYPE_RUNTIME_ARRAY, _OP_TYPE_STRUCT, _OP_TYPE_POINTER = 28, 29, 30, 32
 _OP_CONSTANT, _OP_SPEC_TRUE, _OP_SPEC_FALSE, _OP_SPEC, _OP_SPEC_COMPOSITE = 43, 48, 49, 50, 51
+_OP_SPEC_OP, _OP_COMPOSITE_EXTRACT = 52, 81
 _OP_CONSTANT_COMPOSITE, _OP_VARIABLE, _OP_DECORATE, _OP_MEMBER_DECORATE = 44, 59, 71, 72
 _TYPE_OPS = frozenset(range(_OP_TYPE_BOOL, _OP_TYPE_POINTER + 1))  # OpTypeBool .. Pointer
 _CONSTANT_OPS = frozenset((_OP_CONSTANT, _OP_CONSTANT_COMPOSITE, _OP_SPEC_TRUE, _OP_SPEC_FALSE))
-_CONSTANT_OPS |= {_OP_SPEC, _OP_SPEC_COMPOSITE}
+_CONSTANT_OPS |= {_OP_SPEC, _OP_SPEC_COMPOSITE, _OP_SPEC_OP}
+# The integer operations of OpSpecConstantOp an array length is made of (a workgroup
+# array of ROWS * gl_WorkGroupSize.x), by opcode; an expression names them so.
+SPEC_OPS = {128: "add", 130: "sub", 132: "mul", 134: "div", 135: "div", 137: "mod"}
+SPEC_OPS |= {194: "shr", 196: "shl", 197: "or", 198: "xor", 199: "and"}
+_CONVERSIONS = frozenset((113, 114))  # OpUConvert, OpSConvert: the value unchanged
 # Decorations
 _SPEC_ID, _BLOCK, _BUFFER_BLOCK, _ARRAY_STRIDE, _BUILTIN = 1, 2, 3, 6, 11
 _NON_WRITABLE, _NON_READABLE, _BINDING, _DESCRIPTOR_SET, _OFFSET = 24, 25, 33, 34, 35
 _WORKGROUP_SIZE, _LOCAL_SIZE, _LOCAL_SIZE_ID = 25, 17, 38  # a BuiltIn; execution modes
 # Storage classes; the Dim of a texel buffer
 _UNIFORM_CONSTANT, _UNIFORM, _PUSH_CONSTANT, _STORAGE_BUFFER, _DIM_BUFFER = 0, 2, 9, 12, 5
+_WORKGROUP = 4
 
 STORAGE_BUFFER = "storage_buffer"
 UNIFORM_BUFFER = "uniform_buffer"
@@ -91,12 +102,14 @@ class PushMember:
 @dataclass(frozen=True)
 class SpecConstant:
     """A specialization constant: its SpecId, name, type ('bool', 'int', 'uint', 'float')
-    and the shader's default value."""
+    of ``bits`` bits (8, 16, 32 or 64; a bool is a 32-bit VkBool32) and the shader's
+    default value."""
 
     id: int
     name: str
     kind: str
     default: Any
+    bits: int = 32
 
 
 @dataclass(frozen=True)
@@ -109,6 +122,10 @@ class Interface:
     # Per dimension, the SpecId that sets it (local_size_x_id), or None where fixed.
     local_size_ids: tuple[int | None, int | None, int | None]
     entry_point: str = "main"
+    # Bytes of the Workgroup (``shared``) variables, at least: an int, or an expression of
+    # specialization constants (:data:`Size`) where an array length depends on them;
+    # None where a length is made by an operation this reader does not evaluate.
+    shared_bytes: Size = 0
 
 
 @dataclass
@@ -185,6 +202,7 @@ def reflect(code: bytes) -> Interface:
     spec = _spec_constants(mod)
     size, ids = _local_size(mod)
     push, push_size = _push_constants(mod)
+    shared = _shared_bytes(mod)
     return Interface(
         bindings=_bindings(mod),
         push=push,
@@ -193,6 +211,7 @@ def reflect(code: bytes) -> Interface:
         local_size=size,
         local_size_ids=ids,
         entry_point=mod.entry_point,
+        shared_bytes=shared,
     )
 
 
@@ -362,20 +381,33 @@ def _spec_constants(mod: _Module) -> tuple[SpecConstant, ...]:
         spec_id = _decoration(mod, const_id, _SPEC_ID)
         if spec_id is None or op == _OP_SPEC_COMPOSITE:
             continue
-        kind, _bits = _scalar(mod, type_id)
+        kind, bits = _scalar(mod, type_id)
         if op == _OP_SPEC_TRUE:
             default: Any = True
         elif op == _OP_SPEC_FALSE:
             default = False
-        elif kind == "float":
-            default = struct.unpack("<f", struct.pack("<I", args[0]))[0]
-        elif kind == "int":
-            default = struct.unpack("<i", struct.pack("<I", args[0]))[0]
         else:
-            default = args[0]
-        out.append(SpecConstant(spec_id, mod.names.get(const_id, ""), kind, default))
+            default = _literal(kind, bits, args)
+        out.append(SpecConstant(spec_id, mod.names.get(const_id, ""), kind, default, bits))
     out.sort(key=lambda s: s.id)
     return tuple(out)
+
+
+def _literal(kind: str, bits: int, words: list[int]) -> int | float:
+    """A numeric literal of a scalar type: one word (narrower types in its low bits), or
+    two, low-order word first, for a 64-bit type."""
+    if bits not in (8, 16, 32, 64) or len(words) < (2 if bits == 64 else 1):
+        raise ReflectionError(f"a {bits}-bit {kind} constant of {len(words)} words")
+    raw = words[0] | (words[1] << 32 if bits == 64 else 0)
+    raw &= (1 << bits) - 1
+    if kind == "float":
+        if bits == 8:
+            raise ReflectionError("an 8-bit float constant")
+        fmt = {16: "<e", 32: "<f", 64: "<d"}[bits]
+        return float(struct.unpack(fmt, raw.to_bytes(bits // 8, "little"))[0])
+    if kind == "int" and raw >> (bits - 1):
+        return raw - (1 << bits)
+    return raw
 
 
 LocalIds = tuple[int | None, int | None, int | None]
@@ -398,3 +430,105 @@ def _dimensions(mod: _Module, const_ids: list[int]) -> tuple[tuple[int, int, int
     x, y, z = (mod.constants[c][2][0] for c in const_ids)
     ix, iy, iz = (_decoration(mod, c, _SPEC_ID) for c in const_ids)
     return (x, y, z), (ix, iy, iz)
+
+
+# --------------------------------------------------------------------------- shared memory
+def _shared_bytes(mod: _Module) -> Size:
+    """The Workgroup variables' bytes: the sum of their types' sizes without padding (no
+    implementation takes less; explicit Offsets are followed where a block has them)."""
+    total: Size = 0
+    for type_id, _var, storage in mod.variables:
+        if storage == _WORKGROUP:
+            total = _combine("add", total, _natural_size(mod, _pointee(mod, type_id)))
+    return total
+
+
+def _natural_size(mod: _Module, type_id: int) -> Size:
+    op, args = mod.types[type_id]
+    if op in (_OP_TYPE_INT, _OP_TYPE_FLOAT, _OP_TYPE_BOOL):
+        return _scalar(mod, type_id)[1] // 8
+    if op in (_OP_TYPE_VECTOR, _OP_TYPE_MATRIX):
+        return _combine("mul", args[1], _natural_size(mod, args[0]))
+    if op == _OP_TYPE_ARRAY:
+        element = _decoration(mod, type_id, _ARRAY_STRIDE) or _natural_size(mod, args[0])
+        return _combine("mul", _length(mod, args[1]), element)
+    if op == _OP_TYPE_STRUCT:
+        offsets = [
+            _OFFSET in mod.member_decorations.get((type_id, i), {}) for i in range(len(args))
+        ]
+        if args and all(offsets):  # an explicit layout (workgroupMemoryExplicitLayout)
+            return _size_of(mod, type_id)
+        total: Size = 0
+        for member in args:
+            total = _combine("add", total, _natural_size(mod, member))
+        return total
+    raise ReflectionError(f"a Workgroup variable of type %{type_id} (opcode {op})")
+
+
+def _length(mod: _Module, const_id: int) -> Size:
+    """An array length: a constant, a specialization constant, or an integer expression
+    of them (OpSpecConstantOp); None where it is made another way."""
+    if const_id not in mod.constants:
+        return None
+    op, type_id, args = mod.constants[const_id]
+    if op == _OP_CONSTANT:
+        kind, bits = _scalar(mod, type_id)
+        return int(_literal(kind, bits, args))
+    if op == _OP_SPEC:
+        spec_id = _decoration(mod, const_id, _SPEC_ID)
+        return ("spec", spec_id) if spec_id is not None else None
+    if op != _OP_SPEC_OP or not args:
+        return None
+    code, operands = args[0], args[1:]
+    if code in _CONVERSIONS and len(operands) == 1:
+        return _length(mod, operands[0])
+    if code == _OP_COMPOSITE_EXTRACT and len(operands) == 2:  # gl_WorkGroupSize.x
+        composite = mod.constants.get(operands[0])
+        if composite is None or composite[0] not in (_OP_SPEC_COMPOSITE, _OP_CONSTANT_COMPOSITE):
+            return None
+        parts = composite[2]
+        return _length(mod, parts[operands[1]]) if operands[1] < len(parts) else None
+    if code in SPEC_OPS and len(operands) == 2:
+        return _combine(SPEC_OPS[code], _length(mod, operands[0]), _length(mod, operands[1]))
+    return None
+
+
+def _combine(operation: str, a: Size, b: Size) -> Size:
+    """``a operation b``, folded to an int when both are ints; None when either is."""
+    if a is None or b is None:
+        return None
+    if isinstance(a, int) and isinstance(b, int):
+        return evaluate((operation, a, b), {})
+    if operation == "add" and (a == 0 or b == 0):
+        return b if a == 0 else a
+    return (operation, a, b)
+
+
+def evaluate(size: Size, spec: dict[int, int]) -> int | None:
+    """The value of a :data:`Size` with the specialization constants ``spec`` (SpecId ->
+    value, every one the expression names); None for an unknown size or an operation
+    that has no value (a division by zero)."""
+    if size is None or isinstance(size, int):
+        return size
+    if size[0] == "spec":
+        return int(spec[size[1]])
+    a, b = evaluate(size[1], spec), evaluate(size[2], spec)
+    if a is None or b is None:
+        return None
+    operation = size[0]
+    if operation in ("div", "mod") and b == 0:
+        return None
+    if operation in ("shl", "shr") and not 0 <= b < 64:
+        return None
+    return {
+        "add": lambda: a + b,
+        "sub": lambda: a - b,
+        "mul": lambda: a * b,
+        "div": lambda: a // b,
+        "mod": lambda: a % b,
+        "shr": lambda: a >> b,
+        "shl": lambda: a << b,
+        "or": lambda: a | b,
+        "xor": lambda: a ^ b,
+        "and": lambda: a & b,
+    }[operation]()

@@ -39,6 +39,21 @@ _SUBGROUP_OPS |= {"BALLOT": 0x8, "SHUFFLE": 0x10, "SHUFFLE_RELATIVE": 0x20, "CLU
 _SUBGROUP_OPS |= {"QUAD": 0x80}
 
 
+# DeviceInfo field -> the Vulkan limit of descriptor counts a record may hold (the
+# reports converted by gpuinfo.py carry them; the vulkaninfo texts taken so far do not).
+DESCRIPTOR_LIMIT_NAMES = {
+    "max_per_stage_descriptor_storage_buffers": "maxPerStageDescriptorStorageBuffers",
+    "max_per_stage_descriptor_uniform_buffers": "maxPerStageDescriptorUniformBuffers",
+    "max_per_stage_descriptor_sampled_images": "maxPerStageDescriptorSampledImages",
+    "max_per_stage_descriptor_storage_images": "maxPerStageDescriptorStorageImages",
+    "max_per_stage_resources": "maxPerStageResources",
+    "max_descriptor_set_storage_buffers": "maxDescriptorSetStorageBuffers",
+    "max_descriptor_set_uniform_buffers": "maxDescriptorSetUniformBuffers",
+    "max_descriptor_set_sampled_images": "maxDescriptorSetSampledImages",
+    "max_descriptor_set_storage_images": "maxDescriptorSetStorageImages",
+}
+
+
 def load(name: str) -> dict[str, Any]:
     return json.loads((HERE / f"{name}.json").read_text())
 
@@ -156,6 +171,12 @@ def device_info(record: dict[str, Any]) -> DeviceInfo:
         rounding_mode_rte_float32=bool(floats.get("shaderRoundingModeRTEFloat32", False)),
         denorm_preserve_float32=bool(floats.get("shaderDenormPreserveFloat32", False)),
         denorm_flush_to_zero_float32=bool(floats.get("shaderDenormFlushToZeroFloat32", False)),
+        max_uniform_buffer_range=lim.get("maxUniformBufferRange", 0),
+        max_bound_descriptor_sets=lim.get("maxBoundDescriptorSets", 0),
+        **{field: lim.get(name, 0) for field, name in DESCRIPTOR_LIMIT_NAMES.items()},
+        shader_int64=bool(feats.get("shaderInt64", False)),
+        shader_int16=bool(feats.get("shaderInt16", False)),
+        shader_float16=bool(feats.get("shaderFloat16", False)),
     )
 
 

@@ -66,6 +66,15 @@ LIMITS = [
     "timestampComputeAndGraphics",
     "timestampPeriod",
     "maxBoundDescriptorSets",
+    "maxPerStageDescriptorStorageBuffers",
+    "maxPerStageDescriptorUniformBuffers",
+    "maxPerStageDescriptorSampledImages",
+    "maxPerStageDescriptorStorageImages",
+    "maxPerStageResources",
+    "maxDescriptorSetStorageBuffers",
+    "maxDescriptorSetUniformBuffers",
+    "maxDescriptorSetSampledImages",
+    "maxDescriptorSetStorageImages",
 ]
 FLOAT_CONTROLS = [
     "shaderRoundingModeRTEFloat32",

@@ -250,7 +250,12 @@ class Buffer(Held):
         if handle is None:
             dev = self.device
             size = 16 if "rgba" in fmt else 4
-            texels = min(self.nbytes // size, dev.info.max_texel_buffer_elements)
+            texels = self.nbytes // size
+            if texels > dev.info.max_texel_buffer_elements:  # a clamped view would read 0s
+                raise ValueError(
+                    f"a {fmt} view of {texels} texels is more than this device's "
+                    f"maxTexelBufferElements ({dev.info.max_texel_buffer_elements})"
+                )
             keep = _vk.Keep()
             info = keep.struct(
                 "VkBufferViewCreateInfo",

@@ -3,7 +3,8 @@
 A pipeline is made from SPIR-V and the layout reflected from it (:class:`vkcore.Program`
 makes every one, vkcore's own kernels included): ``bindings`` lists (binding number,
 VkDescriptorType) of set 0 in the order buffers are passed, ``push_size`` the bytes of
-push constants, ``spec`` the specialization constants by SpecId, ``texel`` the view
+push constants, ``spec`` the specialization constants' bytes by SpecId (each its type's
+width: 4 bytes, 8 for a double or a 64-bit int, 1 or 2 for 8/16-bit types), ``texel`` the view
 format of each binding read as a uniform texel buffer (through a view of the buffer's
 whole texels). Creation always goes through the device's VkPipelineCache
 (:class:`~vkcore.device.pipelines.cache.PipelineCache`), with creation feedback when available.
@@ -11,7 +12,6 @@ whole texels). Creation always goes through the device's VkPipelineCache
 
 from __future__ import annotations
 
-import struct
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -51,7 +51,7 @@ class Pipeline:
         code: spirv.Spirv,
         bindings: Sequence[tuple[int, int]],
         push_size: int,
-        spec: Mapping[int, int | float],
+        spec: Mapping[int, bytes],
         texel: Mapping[int, str],
         *,
         cache: PipelineCache,
@@ -159,15 +159,16 @@ class Pipeline:
         if not self.spec:
             return keep.ffi.NULL
         ids = sorted(self.spec)
-        data = b"".join(
-            struct.pack("<f", self.spec[i])
-            if isinstance(self.spec[i], float)
-            else struct.pack("<I", self.spec[i])
-            for i in ids
-        )
+        data = b"".join(self.spec[i] for i in ids)
+        offsets = [0]
+        for i in ids:
+            offsets.append(offsets[-1] + len(self.spec[i]))
         entries = keep.array(
             "VkSpecializationMapEntry",
-            [{"constantID": c, "offset": 4 * n, "size": 4} for n, c in enumerate(ids)],
+            [
+                {"constantID": c, "offset": offsets[n], "size": len(self.spec[c])}
+                for n, c in enumerate(ids)
+            ],
         )
         blob = keep.new("char[]", data)
         return keep.new(
