@@ -20,9 +20,9 @@ import vkcore
 from vkcore.base.per_device import PerDeviceMap
 from vkcore.device.memory.buffer import Buffer
 
-DROPPED_DEVICES = 50
-# RSS after the 50th dropped device against after the 5th (100 leaked devices took
-# 119 -> 900 MiB: about 8 MiB each).
+DROPPED_DEVICES = 20
+# RSS after the 20th dropped device against after the 5th (100 leaked devices took
+# 119 -> 900 MiB: about 8 MiB each, so 15 leaked would add about 120 MiB).
 DROPPED_RSS_BOUND_MIB = 24
 
 
