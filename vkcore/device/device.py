@@ -28,6 +28,7 @@ import operator
 import os
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ from vkcore.device.info import DeviceInfo, query_info
 from vkcore.device.instance import Instance
 from vkcore.device.memory.buffer import Buffer
 from vkcore.device.pipelines.cache import PipelineCache
-from vkcore.device.pipelines.pipeline import Pipeline
+from vkcore.device.pipelines.pipeline import Pipeline, destroy_objects
 from vkcore.device.submit.commands import Dispatch
 from vkcore.device.submit.submitter import Submitter
 from vkcore.device.submit.transfers import Transfers
@@ -104,7 +105,12 @@ class Device(DeviceContext):
             )
         if len(_open_devices) >= _COLLECT_WHEN_OPEN:
             gc.collect()  # frees dropped devices, with their driver memory, before a new one
-        self._pipelines: dict[tuple[Any, ...], Pipeline] = {}
+        # key -> the pipeline while anything refers to it, and the most recently asked for
+        # (strongly, a few): a dropped variant is released, a repeated one is not remade
+        self._pipelines: weakref.WeakValueDictionary[tuple[Any, ...], Pipeline] = (
+            weakref.WeakValueDictionary()
+        )
+        self._recent_pipelines: OrderedDict[tuple[Any, ...], Pipeline] = OrderedDict()
         super().__init__(selector, validation=validation)  # destroys itself if it fails
         try:
             self._submitter = Submitter(self, timed=timed)
@@ -182,9 +188,20 @@ class Device(DeviceContext):
         with self.lock:
             self.check()
             pipe = self._pipelines.get(key)
-            if pipe is None:
+            if pipe is None or pipe.handle is None:
                 pipe = self._pipelines[key] = make()
+            recent = self._recent_pipelines
+            recent[key] = pipe
+            recent.move_to_end(key)
+            while len(recent) > KEPT_PIPELINES:
+                recent.popitem(last=False)
             return pipe
+
+    def forget_pipeline(self, pipeline_id: int) -> None:
+        """Also drop the kept recordings that bind the pipeline being destroyed."""
+        super().forget_pipeline(pipeline_id)
+        if self._submitter is not None:
+            self._submitter.forget_id(pipeline_id)
 
     def program_pipeline(
         self,
@@ -226,7 +243,7 @@ class Device(DeviceContext):
     def pipeline_stats(self) -> list[dict[str, Any]]:
         """Per pipeline: name, creation time and whether the pipeline cache was hit."""
         with self.lock:
-            return [p.stats() for p in self._pipelines.values()]
+            return [p.stats() for p in list(self._pipelines.values())]
 
     def save_pipeline_cache(self) -> bool:
         """Persist the pipeline cache now; True if a file was written."""
@@ -248,7 +265,7 @@ class Device(DeviceContext):
             if sub is not None and not self._closed:
                 sub.reap()  # sequences dropped in flight that have finished
             buffers = self.live_buffers()
-            pipelines = [p for p in self._pipelines.values() if p.handle is not None]
+            pipelines = [p for p in list(self._pipelines.values()) if p.handle is not None]
             sub, cache = self._submitter, self._pipeline_cache
             return {
                 "buffers": len(buffers),
@@ -300,9 +317,10 @@ class Device(DeviceContext):
             for part in (self._transfers, self._submitter):
                 if part is not None:
                     part.destroy()
-            for pipe in self._pipelines.values():
-                pipe.destroy()
+            for outs in self.take_pipeline_objects():  # those collected with it too
+                destroy_objects(self, outs)
             self._pipelines.clear()
+            self._recent_pipelines.clear()
             self._destroy_buffers()
             cache = self._pipeline_cache
             if cache is not None:
@@ -315,9 +333,10 @@ class Device(DeviceContext):
     def _abandon(self) -> None:
         """In a forked child: forget every Vulkan object (they are the parent's) without
         calling Vulkan, so that close, finalizers and exit never touch them."""
-        for pipe in self._pipelines.values():
+        for pipe in list(self._pipelines.values()):
             pipe.module = pipe.set_layout = pipe.layout = pipe.handle = None
         self._pipelines.clear()
+        self._recent_pipelines.clear()
         submitter = getattr(self, "submitter", None)
         if submitter is not None:
             submitter.abandon_sequences()
@@ -331,6 +350,10 @@ class Device(DeviceContext):
             except Exception:  # noqa: BLE001 - never raise from a finalizer
                 pass
 
+
+# Pipelines kept after nothing refers to them, the most recently asked for first: a
+# Program made again with the same variant finds its pipeline (docs/programs.md).
+KEPT_PIPELINES = 16
 
 _default: Device | None = None
 _default_lock = threading.Lock()
