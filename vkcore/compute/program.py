@@ -88,7 +88,9 @@ class Program:
         texel: Mapping[int, str] | None = None,
         device: Device | None = None,
     ) -> None:
-        code = source_of.spirv_of(source, path, spirv, include_dirs, defines)
+        device = resolve(device)
+        api = device.info.api_version
+        code = source_of.spirv_of(source, path, spirv, include_dirs, defines, api)
         try:
             interface = reflect.reflect(code.code)
         except reflect.ReflectionError as exc:
@@ -145,6 +147,7 @@ class Program:
         self.spec = source_of.spec_values(interface, spec, workgroup)
         self.workgroup = source_of.local_size(interface, self.spec)
         source_of.check_workgroup(self.workgroup, self.device.info)
+        source_of.check_push(interface.push_size, self.device.info)
         self.pipeline = self._pipeline()
         self._push_block = PushBlock(self.push, interface.push_size, name)
         self._max_groups = tuple(int(g) for g in self.device.info.max_compute_work_group_count)
