@@ -1,10 +1,14 @@
-"""Runs mutated SPIR-V through ``vkcore.Program(spirv=...)``, each in a forked child
-(tests/spirv/test_spirv_validation.py): ``python spirv_fuzz_worker.py SEED COUNT``.
+"""Runs damaged SPIR-V through ``vkcore.Program(spirv=...)``, each module in a forked
+child (tests/spirv/test_spirv_validation.py):
+
+    python spirv_fuzz_worker.py fuzz SEED COUNT   # COUNT seeded mutations of a valid module
+    python spirv_fuzz_worker.py examples          # the named damages of EXAMPLES
 
 The parent imports vkcore and makes no device; each child makes one, builds the Program
-from one mutation of a valid module and runs it once. It prints one line per mutation,
-``<seed> <what> ran|refused|raised <exception> | signal <n>``, then ``OK`` when no child
-died of a signal. ``VKCORE_SPIRV_VAL=0`` selects the structural checks.
+and runs it once. One line per module: ``<name> <kind> ran``, ``... refused <validator>``
+(vkcore.InvalidSpirvError), ``... raised <exception>: <message>`` or ``... signal <n>
+CRASH``; then ``OK`` when no child died of a signal. ``VKCORE_SPIRV_VAL=0`` selects the
+structural checks.
 """
 
 from __future__ import annotations
@@ -57,12 +61,18 @@ def mutate(code: bytes, seed: int) -> tuple[str, bytes]:
     rng = random.Random(seed)
     words = list(struct.unpack(f"<{len(code) // 4}I", code))
     spans = instructions(words)
-    decorations = [(a, c) for a, c in spans if words[a] & 0xFFFF in (_OP_DECORATE, _OP_MEMBER_DECORATE)]
-    kind = rng.choice(["decoration", "decoration", "word", "byte", "truncate", "duplicate", "count", "drop"])
+    decorations = [
+        (a, c) for a, c in spans if words[a] & 0xFFFF in (_OP_DECORATE, _OP_MEMBER_DECORATE)
+    ]
+    kind = rng.choice(
+        ["decoration", "decoration", "word", "byte", "truncate", "duplicate", "count", "drop"]
+    )
     if kind == "decoration":
         at, count = rng.choice(decorations)
         slot = at + rng.randrange(1, count)
-        words[slot] = rng.choice([0, 1, 2, 3, 6, 11, 24, 25, 33, 34, 35, words[slot] + 1, rng.getrandbits(32)])
+        words[slot] = rng.choice(
+            [0, 1, 2, 3, 6, 11, 24, 25, 33, 34, 35, words[slot] + 1, rng.getrandbits(32)]
+        )
     elif kind == "word":
         words[rng.randrange(len(words))] = rng.getrandbits(32)
     elif kind == "byte":
@@ -95,31 +105,110 @@ def run_one(code: bytes) -> str:
                 buffers.append(np.zeros(max(size, 16) // 4, np.float32))
             prog(*buffers, groups=1, push=bytes(prog.interface.push_size))
             dev.check()
-        except vkcore.InvalidSpirvError:
-            return "refused"
+        except vkcore.InvalidSpirvError as exc:
+            return f"refused {exc.validator.split()[0]}"
         except Exception as exc:  # noqa: BLE001 - any clear Python error is an answer
             return f"raised {type(exc).__name__}: {str(exc)[:100]!r}"
     return "ran"
 
 
+def _words(code: bytes) -> list[int]:
+    return list(struct.unpack(f"<{len(code) // 4}I", code))
+
+
+def _pack(words: list[int]) -> bytes:
+    return struct.pack(f"<{len(words)}I", *words)
+
+
+def _find(words: list[int], op: int, *operands: int) -> int:
+    """The start of the first instruction ``op`` whose operands begin with ``operands``
+    (None matches any word)."""
+    for at, _ in instructions(words):
+        if words[at] & 0xFFFF == op and all(
+            want is None or words[at + 1 + n] == want for n, want in enumerate(operands)
+        ):
+            return at
+    raise LookupError(f"no opcode {op} with {operands}")
+
+
+def _set(code: bytes, op: int, operands: tuple, slot: int, value: int) -> bytes:
+    words = _words(code)
+    words[_find(words, op, *operands) + slot] = value
+    return _pack(words)
+
+
+def _drop(code: bytes, op: int) -> bytes:
+    words = _words(code)
+    at = _find(words, op)
+    del words[at : at + (words[at] >> 16)]
+    return _pack(words)
+
+
+def _block_moved(code: bytes) -> bytes:
+    """The Block decoration of the uniform block moved onto another block."""
+    words = _words(code)
+    blocks = [
+        at
+        for at, _ in instructions(words)
+        if words[at] & 0xFFFF == _OP_DECORATE and words[at + 2] == 2
+    ]
+    words[blocks[-1] + 1] = words[blocks[0] + 1]
+    return _pack(words)
+
+
+_BUILTIN, _BINDING, _GLOBAL_ID, _CLIP_DISTANCE, _OP_NAME, _OP_LOAD = 11, 33, 28, 3, 5, 61
+EXAMPLES = {
+    # one decoration changed (each crashed lavapipe unchecked)
+    "builtin_changed": lambda c: _set(
+        c, _OP_DECORATE, (None, _BUILTIN, _GLOBAL_ID), 3, _CLIP_DISTANCE
+    ),
+    "block_moved": _block_moved,
+    "binding_on_an_undefined_id": lambda c: _set(
+        c, _OP_DECORATE, (None, _BINDING), 1, _words(c)[3] - 1
+    ),
+    "name_beyond_the_bound": lambda c: _set(c, _OP_NAME, (), 1, 2_444_712_010),
+    "a_load_dropped": lambda c: _drop(c, _OP_LOAD),
+    # truncated
+    "header_only_in_part": lambda c: c[:12],
+    "cut_mid_word": lambda c: c[:-6],
+    "cut_mid_instruction": lambda c: c[: 4 * (_find(_words(c), _OP_LOAD) + 2)],
+    "last_instruction_cut": lambda c: c[:-4],
+    # wrong magic
+    "wrong_magic": lambda c: _pack([0x07230204, *_words(c)[1:]]),
+    "byte_swapped": lambda c: b"".join(c[i : i + 4][::-1] for i in range(0, len(c), 4)),
+    # bad word counts
+    "count_zero": lambda c: _set(c, _OP_DECORATE, (), 0, 71),
+    "count_past_the_end": lambda c: _pack(_words(c)[:-1] + [(9 << 16) | 56]),
+    "count_too_short": lambda c: _set(c, _OP_DECORATE, (None, _BINDING), 0, (2 << 16) | 71),
+    "count_too_long": lambda c: _set(c, _OP_DECORATE, (None, _BINDING), 0, (5 << 16) | 71),
+}
+
+
+def _in_child(name: str, what: str, code: bytes) -> bool:
+    """Run ``code`` in a forked child and print what happened; False if it died."""
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            print(f"{name} {what} {run_one(code)}", flush=True)
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        print(f"{name} {what} signal {os.WTERMSIG(status)} CRASH", flush=True)
+        return False
+    return True
+
+
 def main() -> int:
-    first, count = int(sys.argv[1]), int(sys.argv[2])
     code = valid_module()
     assert run_one(code) == "ran", "the unmutated module must run"
-    crashed = 0
-    for seed in range(first, first + count):
-        what, mutated = mutate(code, seed)
-        sys.stdout.flush()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                print(f"{seed} {what} {run_one(mutated)}", flush=True)
-            finally:
-                os._exit(0)
-        _, status = os.waitpid(pid, 0)
-        if os.WIFSIGNALED(status):
-            crashed += 1
-            print(f"{seed} {what} signal {os.WTERMSIG(status)} CRASH", flush=True)
+    if sys.argv[1] == "examples":
+        modules = [(name, "example", damage(code)) for name, damage in EXAMPLES.items()]
+    else:
+        first, count = int(sys.argv[2]), int(sys.argv[3])
+        modules = [(str(seed), *mutate(code, seed)) for seed in range(first, first + count)]
+    crashed = sum(not _in_child(name, what, mutated) for name, what, mutated in modules)
     print("OK" if not crashed else f"FAIL: {crashed} crashed")
     return 0
 

@@ -199,6 +199,7 @@ _COMPUTE_BUILTINS = frozenset((24, 25, 26, 27, 28, 29, 36, 38, 40, 41)) | frozen
 _GL_COMPUTE, _LOGICAL = 5, 0
 _MEMORY_MODELS = frozenset((1, 3))  # GLSL450, Vulkan
 _DESCRIPTOR_CLASSES = frozenset((0, 2, 12))  # UniformConstant, Uniform, StorageBuffer
+_BLOCK_CLASSES = frozenset((2, 9, 12))  # Uniform, PushConstant, StorageBuffer
 _LOCAL_SIZE, _LOCAL_SIZE_ID = 17, 38
 
 
@@ -244,6 +245,7 @@ def check(code: bytes, max_minor: int = 6) -> None:
     _walk(module)
     _check_uses(module)
     _check_decorations(module)
+    _check_blocks(module)
     _check_entry_points(module)
 
 
@@ -550,6 +552,29 @@ def _check_target(
             raise StructureError(f"BuiltIn {value} at word {at} is not a compute shader's")
         if not member and target_op not in (_VARIABLE, _SPEC_COMPOSITE, _CONSTANT_COMPOSITE):
             raise StructureError(f"BuiltIn at word {at} is not on a variable or a constant")
+
+
+def _check_blocks(m: _Module) -> None:
+    """A buffer or push-constant variable points (through arrays) at a struct decorated
+    Block or BufferBlock."""
+    words = m.words
+    blocks = {
+        words[at + 1]
+        for at, op, _ in m.decorations
+        if op == _DECORATE and words[at + 2] in (_BLOCK, _BUFFER_BLOCK)
+    }
+    for ident, op in m.ops.items():
+        at = m.defs[ident]
+        if op != _VARIABLE or words[at + 3] not in _BLOCK_CLASSES:
+            continue
+        pointee = words[m.defs[words[at + 1]] + 3]
+        while m.op_of(pointee) in (_TYPE_ARRAY, _TYPE_RUNTIME_ARRAY):
+            pointee = words[m.defs[pointee] + 2]
+        if m.op_of(pointee) != _TYPE_STRUCT or pointee not in blocks:
+            raise StructureError(
+                f"variable {ident} (word {at}) is a buffer or push constant whose type is "
+                "not a struct decorated Block or BufferBlock"
+            )
 
 
 def _check_entry_points(m: _Module) -> None:
