@@ -13,7 +13,9 @@ device's persisted pipeline cache; identical programs on one device share one pi
 What the shader declares is read from its SPIR-V (:mod:`vkcore.spirv.reflect`):
 ``prog.bindings``, ``prog.push``, ``prog.spec_constants``, ``prog.workgroup``.
 
-Binding rules (descriptor set 0; a GLSL error is a :class:`vkcore.ShaderCompileError`):
+``spirv=`` bytes are validated before the driver sees them (:mod:`vkcore.spirv.validate`;
+a damaged module is a :class:`vkcore.InvalidSpirvError`). Binding rules (descriptor set
+0; a GLSL error is a :class:`vkcore.ShaderCompileError`):
 
 * buffers are passed positionally in binding order: a :class:`vkcore.Tensor` (bound as
   it is) or a numpy array / array-like (uploaded for the call). A numpy array bound to a
