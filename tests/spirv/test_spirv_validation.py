@@ -59,7 +59,7 @@ def test_damaged_modules_are_refused_before_the_driver(validator):
     lines = _worker(["examples"], validator, "0")  # (the fuzz test runs both layers)
     outcomes = {line.split()[0]: line.split(" ", 2)[2] for line in lines}
     want = "refused spirv-val" if validator == "spirv-val" else "refused vkcore's"
-    assert len(outcomes) == 15
+    assert len(outcomes) == 16
     wrong = {name: got for name, got in outcomes.items() if got != want}
     assert not wrong, f"not refused by {validator}: {wrong}"
 

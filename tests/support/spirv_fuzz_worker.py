@@ -138,8 +138,11 @@ def _set(code: bytes, op: int, operands: tuple, slot: int, value: int) -> bytes:
 
 
 def _drop(code: bytes, op: int) -> bytes:
+    return _drop_at(code, _find(_words(code), op))
+
+
+def _drop_at(code: bytes, at: int) -> bytes:
     words = _words(code)
-    at = _find(words, op)
     del words[at : at + (words[at] >> 16)]
     return _pack(words)
 
@@ -163,6 +166,7 @@ EXAMPLES = {
         c, _OP_DECORATE, (None, _BUILTIN, _GLOBAL_ID), 3, _CLIP_DISTANCE
     ),
     "block_moved": _block_moved,
+    "builtin_dropped": lambda c: _drop_at(c, _find(_words(c), _OP_DECORATE, None, _BUILTIN)),
     "binding_on_an_undefined_id": lambda c: _set(
         c, _OP_DECORATE, (None, _BINDING), 1, _words(c)[3] - 1
     ),

@@ -10,6 +10,7 @@ is absent, vkcore cannot tell a rare valid module from a damaged one.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 MAGIC = 0x07230203
@@ -150,6 +151,65 @@ _BODY |= dict.fromkeys(range(349, 365), "TRili")  # reductions and scans
 _BODY |= {365: "TRi", 366: "TRi"}  # quad operations
 _BODY |= {4450: "TRiil", 4451: "TRiil", 4452: "TRiil"}  # integer dot products
 _BODY |= {4453: "TRiiil", 4454: "TRiiil", 4455: "TRiiil", 5056: "TRi"}
+_TERMINATORS = frozenset((249, 250, 251, 252, 253, 254, 255, 4416))
+_ACCESS_CHAINS = frozenset((65, 66))
+
+
+def _counts(opcodes: Iterable[int], least: int, most: int | None) -> None:
+    for op in opcodes:
+        _COUNTS[op] = (least, most)
+
+
+# Word counts of the body instructions (an operand cut off or added crashes a driver).
+_counts(range(109, 125), 4, 4)  # conversions: one operand
+_counts(range(126, 153), 5, 5)  # arithmetic: two
+_counts((126, 127), 4, 4)  # negations: one
+_counts(range(154, 192), 5, 5)  # relational and logical: two
+_counts((154, 155, 156, 157, 158, 159, 160, 168), 4, 4)  # one
+_counts((169,), 6, 6)  # OpSelect
+_counts(range(194, 200), 5, 5)  # shifts, and, or, xor
+_counts((200, 204, 205), 4, 4)
+_counts((201,), 7, 7)
+_counts((202, 203), 6, 6)
+_counts((61,), 4, 7)  # OpLoad
+_counts((62,), 3, 6)  # OpStore
+_counts((63,), 3, 7)  # OpCopyMemory
+_counts((65, 66), 4, None)  # access chains
+_counts((67,), 5, None)
+_counts((68,), 5, 5)  # OpArrayLength
+_counts((77,), 5, 5)
+_counts((78,), 6, 6)
+_counts((79,), 5, None)
+_counts((80,), 3, None)
+_counts((81,), 5, None)
+_counts((82,), 6, None)
+_counts((83, 84, 100, 103, 104), 4, 4)
+_counts((86,), 5, 5)
+_counts((95, 98), 5, None)
+_counts((99,), 4, None)
+_counts((57,), 4, None)  # OpFunctionCall
+_counts((224,), 4, 4)
+_counts((225,), 3, 3)
+_counts((227,), 6, 6)
+_counts((228,), 5, 5)
+_counts(range(229, 243), 7, 7)  # atomics with a value
+_counts((230, 231), 9, 9)  # compare-exchange
+_counts((232, 233), 6, 6)  # increment, decrement
+_counts((245,), 5, None)  # OpPhi
+_counts((246,), 4, None)
+_counts((247,), 3, 3)
+_counts((249,), 2, 2)
+_counts((250,), 4, 6)
+_counts((251,), 3, None)
+_counts((252, 253, 255), 1, 1)
+_counts((254,), 2, 2)
+_counts((333,), 4, 4)
+_counts((334, 335, 336, 338, 339, 340, 343, 344), 5, 5)
+_counts((337, 341, 342, 345, 346, 347, 348, 365, 366), 6, 6)
+_counts(range(349, 365), 6, 7)
+_counts((4450, 4451, 4452), 5, 6)
+_counts((4453, 4454, 4455), 6, 7)
+_counts((5056,), 4, 4)
 
 # Decorations vkcore accepts here, and their extra literal or id operands (None: a string).
 _DECORATIONS: dict[int, int | None] = {
@@ -217,6 +277,8 @@ class _Module:
     entry_points: list[tuple[int, int]] = field(default_factory=list)
     modes: list[tuple[int, int]] = field(default_factory=list)
     uses: list[tuple[int, int, bool]] = field(default_factory=list)  # (at, id, is a type)
+    chains: list[tuple[int, int]] = field(default_factory=list)  # access chains (at, count)
+    in_block: bool = False  # after an OpLabel, before its block's terminator
 
     def at(self, index: int) -> int:
         return self.words[index]
@@ -244,9 +306,40 @@ def check(code: bytes, max_minor: int = 6) -> None:
     module = _header(code, max_minor)
     _walk(module)
     _check_uses(module)
+    _check_access_chains(module)
     _check_decorations(module)
     _check_blocks(module)
     _check_entry_points(module)
+    check_inputs_are_builtins(code)
+
+
+def check_inputs_are_builtins(code: bytes) -> None:
+    """A compute shader's Input and Output variables are built-ins (decorated BuiltIn, or
+    a struct whose members are): Vulkan gives it no other, and spirv-val lets one through
+    that crashes lavapipe. For a module that is otherwise well formed (one walk of its
+    declarations)."""
+    words = struct.unpack(f"<{len(code) // 4}I", code)
+    builtin, members, io, types, at = set(), set(), [], {}, 5
+    while at < len(words):
+        count, op = words[at] >> 16, words[at] & 0xFFFF
+        if op == _FUNCTION or count == 0:
+            break
+        operands = words[at + 1 : at + count]
+        if op == _DECORATE and len(operands) >= 2 and operands[1] == _BUILTIN:
+            builtin.add(operands[0])
+        elif op == _MEMBER_DECORATE and len(operands) >= 3 and operands[2] == _BUILTIN:
+            members.add(operands[0])
+        elif op == _TYPE_POINTER and len(operands) == 3:
+            types[operands[0]] = operands[2]
+        elif op == _VARIABLE and len(operands) >= 3 and operands[2] in (1, 3):  # Input, Output
+            io.append((operands[1], operands[0], at))
+        at += count
+    for variable, pointer, where in io:
+        if variable not in builtin and types.get(pointer) not in members:
+            raise StructureError(
+                f"variable {variable} (word {where}) is a shader input or output that is "
+                "not a built-in: a compute shader has no others"
+            )
 
 
 def _header(code: bytes, max_minor: int) -> _Module:
@@ -348,6 +441,9 @@ def _body(m: _Module, op: int, at: int, count: int) -> None:
     if op == _FUNCTION:
         _define(m, op, at, count)
         return
+    _check_block(m, op, at)
+    if op in _ACCESS_CHAINS:
+        m.chains.append((at, count))
     kinds = _BODY.get(op)
     if kinds is None:
         raise StructureError(
@@ -363,6 +459,64 @@ def _body(m: _Module, op: int, at: int, count: int) -> None:
             m.uses.append((at, value, True))
         elif kind == "i" or (kind == "p" and (n - len(kinds)) % 2):
             m.uses.append((at, value, False))
+
+
+def _check_block(m: _Module, op: int, at: int) -> None:
+    """Instructions of a function come in blocks: an OpLabel, then ends in a terminator."""
+    if op in _ANYWHERE or op == _FUNCTION_PARAMETER:
+        return
+    if op == _FUNCTION_END:
+        if m.in_block:
+            raise StructureError(f"the block before word {at} ends without a terminator")
+    elif op == _LABEL:
+        if m.in_block:
+            raise StructureError(f"OpLabel at word {at} starts a block inside another block")
+        m.in_block = True
+    elif not m.in_block:
+        raise StructureError(f"instruction at word {at} (opcode {op}) is outside a block")
+    elif op in _TERMINATORS:
+        m.in_block = False
+
+
+def _check_access_chains(m: _Module) -> None:
+    """An access chain walks its base's pointee type: struct members by constants in
+    range, arrays, vectors and matrices by their elements, and nothing further."""
+    words = m.words
+    for at, count in m.chains:
+        pointer = _type_of(m, words[at + 3], at)
+        if m.op_of(pointer) != _TYPE_POINTER:
+            raise StructureError(f"access chain at word {at}: its base is not a pointer")
+        current = words[m.defs[pointer] + 3]
+        for index in words[at + 4 : at + count]:
+            current = _element(m, current, index, at)
+
+
+def _type_of(m: _Module, ident: int, at: int) -> int:
+    op = m.op_of(ident)
+    if op is None or op in _TYPES or op == _LABEL:
+        raise StructureError(f"instruction at word {at}: {ident} is not a value")
+    return m.words[m.defs[ident] + 1]
+
+
+def _element(m: _Module, type_id: int, index: int, at: int) -> int:
+    """The type ``index`` selects in ``type_id`` (an access chain at word ``at``)."""
+    words, op = m.words, m.op_of(type_id)
+    if op is None:
+        raise StructureError(f"access chain at word {at}: type {type_id} is never defined")
+    where = m.defs[type_id]
+    if op == _TYPE_STRUCT:
+        members = (words[where] >> 16) - 2
+        const = m.defs.get(index)
+        value = words[const + 3] if const is not None and m.op_of(index) == _CONSTANT else None
+        if value is None or value >= members:
+            raise StructureError(
+                f"access chain at word {at}: member index {index} is not a constant below "
+                f"the struct's {members} members"
+            )
+        return words[where + 2 + value]
+    if op in (_TYPE_ARRAY, _TYPE_RUNTIME_ARRAY, _TYPE_VECTOR, _TYPE_MATRIX):
+        return words[where + 2]
+    raise StructureError(f"access chain at word {at} indexes into a type with no parts")
 
 
 def _check_uses(m: _Module) -> None:

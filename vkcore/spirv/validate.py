@@ -65,11 +65,13 @@ def check(code: bytes, api_version: int, what: str = "spirv") -> str:
             return name
     if exe is not None:
         _run_spirv_val(exe, code, env, what)
-    else:
-        try:
+    try:
+        if exe is not None:  # what spirv-val passes and still crashes a driver
+            structure.check_inputs_are_builtins(code)
+        else:
             structure.check(code, max_spirv_minor(api_version))
-        except structure.StructureError as exc:
-            raise InvalidSpirvError(what, STRUCTURAL, [str(exc)]) from None
+    except structure.StructureError as exc:
+        raise InvalidSpirvError(what, name, [str(exc)]) from None
     with _lock:
         _passed[key] = None
         while len(_passed) > _REMEMBERED:
