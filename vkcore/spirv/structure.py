@@ -706,6 +706,8 @@ def _check_target(
             raise StructureError(f"BuiltIn {value} at word {at} is not a compute shader's")
         if not member and target_op not in (_VARIABLE, _SPEC_COMPOSITE, _CONSTANT_COMPOSITE):
             raise StructureError(f"BuiltIn at word {at} is not on a variable or a constant")
+        if not member:
+            _check_builtin_type(m, at, target, value)
 
 
 def _check_blocks(m: _Module) -> None:
@@ -729,6 +731,26 @@ def _check_blocks(m: _Module) -> None:
                 f"variable {ident} (word {at}) is a buffer or push constant whose type is "
                 "not a struct decorated Block or BufferBlock"
             )
+
+
+def _check_builtin_type(m: _Module, at: int, target: int, builtin: int) -> None:
+    """A built-in's type: 32-bit integers, 3 of them for the ids and sizes, 4 for the
+    subgroup masks, 1 for the others."""
+    words, where = m.words, m.defs[target]
+    type_id = words[where + 1]
+    if m.op_of(target) == _VARIABLE:
+        type_id = words[m.defs[type_id] + 3]  # the pointee
+    width = 3 if builtin <= 28 else 4 if builtin >= 4416 else 1
+    scalar = type_id
+    if width > 1:
+        if m.op_of(type_id) != _TYPE_VECTOR or words[m.defs[type_id] + 3] != width:
+            scalar = 0
+        else:
+            scalar = words[m.defs[type_id] + 2]
+    if m.op_of(scalar) != _TYPE_INT or words[m.defs[scalar] + 2] != 32:
+        raise StructureError(
+            f"BuiltIn {builtin} at word {at}: its type is not {width} 32-bit integer(s)"
+        )
 
 
 def _check_entry_points(m: _Module) -> None:
