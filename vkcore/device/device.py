@@ -10,8 +10,10 @@ pipelines, live buffers, the pipeline cache (saved first), the VkDevice and fina
 instance with its messenger. Garbage collection only calls ``close`` as a fallback:
 per-device state other modules keep (:class:`~vkcore.base.per_device.PerDeviceMap`) lives on
 the device itself, so it never keeps a dropped device alive, and the device records the
-raw handles of every live buffer, so it can free them even when the collector has
-already cleared its weak references to them.
+raw handles of every live buffer and pipeline, so it can free them even when the
+collector has already cleared its weak references to them. Pipelines are kept weakly
+(with the :data:`KEPT_PIPELINES` most recently asked for): a dropped variant is released
+when collected (:mod:`vkcore.device.pipelines.pipeline`).
 
 Vulkan objects do not survive ``os.fork()``: in a child process every inherited Device is
 marked as belonging to the parent; the child never calls Vulkan on it (not even to
