@@ -488,7 +488,20 @@ def _check_access_chains(m: _Module) -> None:
             raise StructureError(f"access chain at word {at}: its base is not a pointer")
         current = words[m.defs[pointer] + 3]
         for index in words[at + 4 : at + count]:
+            index_type = _type_of(m, index, at)
+            if m.op_of(index_type) != _TYPE_INT:
+                raise StructureError(f"access chain at word {at}: index {index} is no integer")
             current = _element(m, current, index, at)
+        result = words[at + 1]
+        storage = words[m.defs[pointer] + 2]
+        if m.op_of(result) != _TYPE_POINTER or words[m.defs[result] + 2 : m.defs[result] + 4] != (
+            storage,
+            current,
+        ):
+            raise StructureError(
+                f"access chain at word {at}: its result type is not a pointer to the type "
+                "it selects, in its base's storage class"
+            )
 
 
 def _type_of(m: _Module, ident: int, at: int) -> int:
