@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from checks import python_path_with
 from repo_paths import SUPPORT
+from spirv_fuzz_worker import RESULT
 
 import vkcore
 from vkcore import spirv
@@ -51,7 +52,7 @@ def _worker(args: list[str], validator: str, layer: str) -> list[str]:
     assert out.returncode == 0, f"exit status {out.returncode}\n{text}"
     lines = out.stdout.strip().splitlines()
     assert lines and lines[-1] == "OK", f"a child died of a signal:\n{text}"
-    return lines[:-1]
+    return [line[len(RESULT) :] for line in lines if line.startswith(RESULT)]
 
 
 @pytest.mark.parametrize("validator", VALIDATORS)

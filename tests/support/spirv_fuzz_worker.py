@@ -7,8 +7,8 @@ child (tests/spirv/test_spirv_validation.py):
 The parent imports vkcore and makes no device; each child makes one, builds the Program
 and runs it once. One line per module: ``<name> <kind> ran``, ``... refused <validator>``
 (vkcore.InvalidSpirvError), ``... raised <exception>: <message>`` or ``... signal <n>
-CRASH``; then ``OK`` when no child died of a signal. ``VKCORE_SPIRV_VAL=0`` selects the
-structural checks.
+CRASH``, each after ``result: ``; then ``OK`` when no child died of a signal.
+``VKCORE_SPIRV_VAL=0`` selects the structural checks.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ void main() {
 }
 """
 _OP_DECORATE, _OP_MEMBER_DECORATE = 71, 72
+RESULT = "result: "  # leads each module's line (a layer may print lines of its own)
 
 
 def valid_module() -> bytes:
@@ -194,12 +195,12 @@ def _in_child(name: str, what: str, code: bytes) -> bool:
     pid = os.fork()
     if pid == 0:
         try:
-            print(f"{name} {what} {run_one(code)}", flush=True)
+            print(f"{RESULT}{name} {what} {run_one(code)}", flush=True)
         finally:
             os._exit(0)
     _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
-        print(f"{name} {what} signal {os.WTERMSIG(status)} CRASH", flush=True)
+        print(f"{RESULT}{name} {what} signal {os.WTERMSIG(status)} CRASH", flush=True)
         return False
     return True
 
