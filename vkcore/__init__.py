@@ -13,7 +13,7 @@ from vkcore.compute.sequence import Sequence, sequence
 from vkcore.compute.tensor import Tensor, asarray
 from vkcore.device.device import Device, default_device, devices
 from vkcore.device.info import DeviceInfo
-from vkcore.errors import ShaderCompileError, ValidationError, VulkanError
+from vkcore.errors import InvalidSpirvError, ShaderCompileError, ValidationError, VulkanError
 from vkcore.kernels.matvec.f32matrix import F32Matrix
 from vkcore.kernels.matvec.matvec import matvec, matvec_f32
 from vkcore.kernels.quant.dequantize import dequantize
@@ -30,6 +30,7 @@ __all__ = [
     "Device",
     "DeviceInfo",
     "F32Matrix",
+    "InvalidSpirvError",
     "QuantError",
     "Program",
     "QuantizedTensor",

@@ -77,6 +77,18 @@ class ShaderCompileError(RuntimeError):
         super().__init__(f"GLSL compilation of {source} failed:\n{detail}")
 
 
+class InvalidSpirvError(ValueError):
+    """SPIR-V bytes (``Program(spirv=...)``) that failed validation before reaching the
+    driver. ``validator`` is ``"spirv-val"`` or ``"vkcore's structural checks"``,
+    ``messages`` what it said."""
+
+    def __init__(self, what: str, validator: str, messages: list[str]) -> None:
+        self.validator = validator
+        self.messages = list(messages)
+        detail = "\n".join(self.messages)
+        super().__init__(f"{what}: {validator} rejected the SPIR-V module:\n{detail}")
+
+
 class ValidationError(VulkanError):
     """The Khronos validation layer reported one or more errors."""
 

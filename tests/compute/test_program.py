@@ -215,7 +215,7 @@ def test_construction_errors(device, tmp_path):
         vkcore.Program(device=device)
     with pytest.raises(TypeError, match="exactly one of source, path or spirv"):
         vkcore.Program(SCALE, spirv=b"1234", device=device)
-    with pytest.raises(ValueError, match="spirv is not a usable compute module"):
+    with pytest.raises(vkcore.InvalidSpirvError, match="rejected the SPIR-V module"):
         vkcore.Program(spirv=b"\x03\x02\x23\x07" * 8, device=device)
     with pytest.raises(FileNotFoundError, match="no shader file"):
         vkcore.Program(path=tmp_path / "missing.comp", device=device)

@@ -13,7 +13,9 @@ device's persisted pipeline cache; identical programs on one device share one pi
 What the shader declares is read from its SPIR-V (:mod:`vkcore.spirv.reflect`):
 ``prog.bindings``, ``prog.push``, ``prog.spec_constants``, ``prog.workgroup``.
 
-Binding rules (descriptor set 0; a GLSL error is a :class:`vkcore.ShaderCompileError`):
+``spirv=`` bytes are validated before the driver sees them (:mod:`vkcore.spirv.validate`;
+a damaged module is a :class:`vkcore.InvalidSpirvError`). Binding rules (descriptor set
+0; a GLSL error is a :class:`vkcore.ShaderCompileError`):
 
 * buffers are passed positionally in binding order: a :class:`vkcore.Tensor` (bound as
   it is) or a numpy array / array-like (uploaded for the call). A numpy array bound to a
@@ -89,7 +91,9 @@ class Program:
         texel: Mapping[int, str] | None = None,
         device: Device | None = None,
     ) -> None:
-        code = source_of.spirv_of(source, path, spirv, include_dirs, defines)
+        device = resolve(device)
+        api = device.info.api_version
+        code = source_of.spirv_of(source, path, spirv, include_dirs, defines, api)
         try:
             interface = reflect.reflect(code.code)
         except reflect.ReflectionError as exc:

@@ -15,7 +15,7 @@ from vkcore.compute.program_args import TEXEL_BYTES
 from vkcore.compute.push_block import spec_bytes, spec_value
 from vkcore.device.device import Device
 from vkcore.errors import cut, shown
-from vkcore.spirv import entries, reflect
+from vkcore.spirv import reflect, validate
 
 
 def spirv_of(
@@ -24,6 +24,7 @@ def spirv_of(
     blob: bytes | None,
     include_dirs: Sequence[str | Path],
     defines: Mapping[str, int | str] | None,
+    api_version: int,
 ) -> spirv.Spirv:
     given = [
         name for name, v in (("source", source), ("path", path), ("spirv", blob)) if v is not None
@@ -35,10 +36,7 @@ def spirv_of(
             raise TypeError("defines and include_dirs apply to GLSL, not to spirv=")
         if not isinstance(blob, (bytes, bytearray)):
             raise TypeError(f"spirv must be bytes, got {type(blob).__name__}")
-        try:
-            entries.check_spirv(bytes(blob))
-        except Exception as exc:  # noqa: BLE001 - cachefs.EntryError: say it as a bad argument
-            raise ValueError(f"spirv is not a usable compute module: {exc}") from None
+        validate.check(bytes(blob), api_version)  # (docs/programs.md#validation)
         key = hashlib.sha256(bytes(blob)).hexdigest()[:32]
         return spirv.Spirv(bytes(blob), "given", 0.0, key)
     if path is not None:

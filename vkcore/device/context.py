@@ -152,6 +152,8 @@ class DeviceContext(StateOwner):
         self._state: dict[PerDeviceMap, Any] = {}
         self._buffers: dict[int, weakref.ref[LiveBuffer]] = {}
         self._buffer_handles: dict[int, _BufferHandles] = {}
+        # id -> out-pointers of each pipeline not yet destroyed (what close must destroy)
+        self._pipeline_objects: dict[int, tuple[Any, ...]] = {}
         self.instance = Instance(
             config.validation_requested() if validation is None else validation
         )
@@ -293,6 +295,22 @@ class DeviceContext(StateOwner):
         self._buffers.pop(id(buffer), None)
         self._buffer_handles.pop(id(buffer), None)
 
+    def register_pipeline(self, pipeline_id: int, outs: tuple[Any, ...]) -> None:
+        """Record the out-pointers of the pipeline ``id(pipeline)``: the device's close
+        destroys what they hold, even when the pipeline was collected with the device."""
+        self._pipeline_objects[pipeline_id] = outs
+
+    def forget_pipeline(self, pipeline_id: int) -> None:
+        """The pipeline ``id(pipeline)`` is being destroyed: stop recording it."""
+        self._pipeline_objects.pop(pipeline_id, None)
+
+    def take_pipeline_objects(self) -> list[tuple[Any, ...]]:
+        """The out-pointers of every pipeline not yet destroyed, no longer recorded (the
+        device is closing: the caller destroys them)."""
+        taken = list(self._pipeline_objects.values())
+        self._pipeline_objects.clear()
+        return taken
+
     def live_buffers(self) -> list[LiveBuffer]:
         """The recorded buffers still alive."""
         alive = (ref() for ref in list(self._buffers.values()))
@@ -343,6 +361,7 @@ class DeviceContext(StateOwner):
                 buf._abandon()
         self._buffers.clear()
         self._buffer_handles.clear()
+        self._pipeline_objects.clear()
         self._state.clear()
         self.handle = None
         self.instance.handle = self.instance.messenger = None

@@ -10,8 +10,10 @@ pipelines, live buffers, the pipeline cache (saved first), the VkDevice and fina
 instance with its messenger. Garbage collection only calls ``close`` as a fallback:
 per-device state other modules keep (:class:`~vkcore.base.per_device.PerDeviceMap`) lives on
 the device itself, so it never keeps a dropped device alive, and the device records the
-raw handles of every live buffer, so it can free them even when the collector has
-already cleared its weak references to them.
+raw handles of every live buffer and pipeline, so it can free them even when the
+collector has already cleared its weak references to them. Pipelines are kept weakly
+(with the :data:`KEPT_PIPELINES` most recently asked for): a dropped variant is released
+when collected (:mod:`vkcore.device.pipelines.pipeline`).
 
 Vulkan objects do not survive ``os.fork()``: in a child process every inherited Device is
 marked as belonging to the parent; the child never calls Vulkan on it (not even to
@@ -28,6 +30,7 @@ import operator
 import os
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,7 +43,7 @@ from vkcore.device.info import DeviceInfo, query_info
 from vkcore.device.instance import Instance
 from vkcore.device.memory.buffer import Buffer
 from vkcore.device.pipelines.cache import PipelineCache
-from vkcore.device.pipelines.pipeline import Pipeline
+from vkcore.device.pipelines.pipeline import Pipeline, destroy_objects
 from vkcore.device.submit.commands import Dispatch
 from vkcore.device.submit.submitter import Submitter
 from vkcore.device.submit.transfers import Transfers
@@ -104,7 +107,12 @@ class Device(DeviceContext):
             )
         if len(_open_devices) >= _COLLECT_WHEN_OPEN:
             gc.collect()  # frees dropped devices, with their driver memory, before a new one
-        self._pipelines: dict[tuple[Any, ...], Pipeline] = {}
+        # key -> the pipeline while anything refers to it, and the most recently asked for
+        # (strongly, a few): a dropped variant is released, a repeated one is not remade
+        self._pipelines: weakref.WeakValueDictionary[tuple[Any, ...], Pipeline] = (
+            weakref.WeakValueDictionary()
+        )
+        self._recent_pipelines: OrderedDict[tuple[Any, ...], Pipeline] = OrderedDict()
         super().__init__(selector, validation=validation)  # destroys itself if it fails
         try:
             self._submitter = Submitter(self, timed=timed)
@@ -182,9 +190,20 @@ class Device(DeviceContext):
         with self.lock:
             self.check()
             pipe = self._pipelines.get(key)
-            if pipe is None:
+            if pipe is None or pipe.handle is None:
                 pipe = self._pipelines[key] = make()
+            recent = self._recent_pipelines
+            recent[key] = pipe
+            recent.move_to_end(key)
+            while len(recent) > KEPT_PIPELINES:
+                recent.popitem(last=False)
             return pipe
+
+    def forget_pipeline(self, pipeline_id: int) -> None:
+        """Also drop the kept recordings that bind the pipeline being destroyed."""
+        super().forget_pipeline(pipeline_id)
+        if self._submitter is not None:
+            self._submitter.forget_id(pipeline_id)
 
     def program_pipeline(
         self,
@@ -226,7 +245,7 @@ class Device(DeviceContext):
     def pipeline_stats(self) -> list[dict[str, Any]]:
         """Per pipeline: name, creation time and whether the pipeline cache was hit."""
         with self.lock:
-            return [p.stats() for p in self._pipelines.values()]
+            return [p.stats() for p in list(self._pipelines.values())]
 
     def save_pipeline_cache(self) -> bool:
         """Persist the pipeline cache now; True if a file was written."""
@@ -248,7 +267,7 @@ class Device(DeviceContext):
             if sub is not None and not self._closed:
                 sub.reap()  # sequences dropped in flight that have finished
             buffers = self.live_buffers()
-            pipelines = [p for p in self._pipelines.values() if p.handle is not None]
+            pipelines = [p for p in list(self._pipelines.values()) if p.handle is not None]
             sub, cache = self._submitter, self._pipeline_cache
             return {
                 "buffers": len(buffers),
@@ -300,9 +319,10 @@ class Device(DeviceContext):
             for part in (self._transfers, self._submitter):
                 if part is not None:
                     part.destroy()
-            for pipe in self._pipelines.values():
-                pipe.destroy()
+            for outs in self.take_pipeline_objects():  # those collected with it too
+                destroy_objects(self, outs)
             self._pipelines.clear()
+            self._recent_pipelines.clear()
             self._destroy_buffers()
             cache = self._pipeline_cache
             if cache is not None:
@@ -315,9 +335,10 @@ class Device(DeviceContext):
     def _abandon(self) -> None:
         """In a forked child: forget every Vulkan object (they are the parent's) without
         calling Vulkan, so that close, finalizers and exit never touch them."""
-        for pipe in self._pipelines.values():
+        for pipe in list(self._pipelines.values()):
             pipe.module = pipe.set_layout = pipe.layout = pipe.handle = None
         self._pipelines.clear()
+        self._recent_pipelines.clear()
         submitter = getattr(self, "submitter", None)
         if submitter is not None:
             submitter.abandon_sequences()
@@ -331,6 +352,10 @@ class Device(DeviceContext):
             except Exception:  # noqa: BLE001 - never raise from a finalizer
                 pass
 
+
+# Pipelines kept after nothing refers to them, the most recently asked for first: a
+# Program made again with the same variant finds its pipeline (docs/programs.md).
+KEPT_PIPELINES = 16
 
 _default: Device | None = None
 _default_lock = threading.Lock()

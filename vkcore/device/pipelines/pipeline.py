@@ -8,11 +8,19 @@ width: 4 bytes, 8 for a double or a 64-bit int, 1 or 2 for 8/16-bit types), ``te
 format of each binding read as a uniform texel buffer (through a view of the buffer's
 whole texels). Creation always goes through the device's VkPipelineCache
 (:class:`~vkcore.device.pipelines.cache.PipelineCache`), with creation feedback when available.
+
+A pipeline's Vulkan objects go when the Pipeline object is collected (nothing can bind it
+again: no Program, no recorded step, no kept key refers to it) or when its device closes.
+Whatever may still run it refers to it: a sequence in flight is kept by the submitter
+until its work finished, and a single call waits before it returns. The release first
+settles a call an exception cut short and drops the submitter's kept recordings that
+bind it (``DeviceContext.forget_pipeline``), then destroys.
 """
 
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -79,6 +87,8 @@ class Pipeline:
         self._set_layout = ffi.new("VkDescriptorSetLayout*")
         self._layout = ffi.new("VkPipelineLayout*")
         self._handle = ffi.new("VkPipeline*")
+        outs = (self._handle, self._layout, self._set_layout, self._module)
+        _release_when_collected(self, device, outs)
         try:
             self._create_module()
             self._create_layouts()
@@ -238,16 +248,67 @@ class Pipeline:
         }
 
     def destroy(self) -> None:
-        dev = self.device
-        ffi, lib = dev.ffi, dev.lib
-        if dev.handle is None:
+        """Release the Vulkan objects now (see the module docstring); idempotent."""
+        outs = (self._handle, self._layout, self._set_layout, self._module)
+        _release_objects(self.device, outs, id(self))
+
+
+# The weak references that release collected pipelines: a weak reference calls back only
+# while it lives itself. (Not weakref.finalize: it stops calling at interpreter exit,
+# before the devices close.)
+_watching: set[weakref.ref[Any]] = set()
+
+
+def _release_when_collected(
+    pipeline: Pipeline, device: DeviceContext, outs: tuple[Any, ...]
+) -> None:
+    """Release ``outs`` when ``pipeline`` is collected. The callback holds the out-pointers,
+    not the pipeline, and runs once its weak references are cleared, so no lookup can
+    hand the dying pipeline out; its ``id`` is not reused before the callback returns.
+    It holds the device weakly (a pipeline must not keep a dropped device alive): a
+    device collected with its pipelines destroys them from its own record at close."""
+    pipeline_id = id(pipeline)
+    device.register_pipeline(pipeline_id, outs)
+    device_ref = weakref.ref(device)
+
+    def collected(ref: weakref.ref[Any]) -> None:
+        _watching.discard(ref)
+        dev = device_ref()
+        if dev is None:
             return
-        for out, destroy in (
-            (self._handle, lib.vkDestroyPipeline),
-            (self._layout, lib.vkDestroyPipelineLayout),
-            (self._set_layout, lib.vkDestroyDescriptorSetLayout),
-            (self._module, lib.vkDestroyShaderModule),
-        ):
-            if out[0] != ffi.NULL:
-                destroy(dev.handle, out[0], ffi.NULL)
-                out[0] = ffi.NULL
+        try:
+            _release_objects(dev, outs, pipeline_id)
+        except Exception:  # noqa: BLE001 - never raise from a finalizer
+            pass
+
+    _watching.add(weakref.ref(pipeline, collected))
+
+
+def _release_objects(device: DeviceContext, outs: tuple[Any, ...], pipeline_id: int) -> None:
+    """Destroy a pipeline's objects once nothing may use them; the kept recordings of
+    ``pipeline_id`` go first."""
+    with device.lock:
+        if device.handle is None:  # closed (or a forked child's copy): nothing of ours left
+            return
+        device.before_free()  # a call cut short may still run it
+        device.forget_pipeline(pipeline_id)  # kept recordings binding it go first
+        destroy_objects(device, outs)
+
+
+def destroy_objects(device: DeviceContext, outs: tuple[Any, ...]) -> None:
+    """Destroy what the out-pointers ``outs`` (pipeline, layout, set layout, module) hold
+    and set them NULL; the caller makes sure nothing may use them."""
+    ffi, lib = device.ffi, device.lib
+    for out, destroy in zip(
+        outs,
+        (
+            lib.vkDestroyPipeline,
+            lib.vkDestroyPipelineLayout,
+            lib.vkDestroyDescriptorSetLayout,
+            lib.vkDestroyShaderModule,
+        ),
+        strict=True,
+    ):
+        if out[0] != ffi.NULL:
+            destroy(device.handle, out[0], ffi.NULL)
+            out[0] = ffi.NULL

@@ -389,9 +389,12 @@ class Submitter(SequenceHooks):
     def forget(self, thing: object) -> None:
         """Drop kept recordings that bind ``thing``, a buffer or a pipeline (called before
         it is destroyed, or its Vulkan objects handed to another object)."""
+        self.forget_id(id(thing))
+
+    def forget_id(self, gone: int) -> None:
+        """:meth:`forget` by ``id()``: for an object being collected."""
         if not self._recorded:
             return
-        gone = id(thing)
         for key in [k for k, rec in self._recorded.items() if gone in rec.object_ids]:
             self._release_recorded(self._recorded.pop(key))
 
