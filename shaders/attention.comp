@@ -1,0 +1,236 @@
+#version 450
+// Attention on the online softmax (vkcore.attention; contract: docs/attention.md).
+//
+// A workgroup takes a tile of QT query rows of one KV head (the rows of every query head
+// of its group: grouped-query attention reads each key and value once for all of them)
+// and one split of the keys: grid (splits, tiles, batch * Hkv). Keys go by blocks of one
+// workgroup: each invocation scores one key against the tile's queries (kept in shared
+// memory), the scores of the block sit in shared memory only (never in device memory),
+// then each invocation adds the block to the dimensions of v it owns. Keys past the
+// tile's last causal key are never visited (causal tiles skipped).
+//
+// `direct` (one split): the rows are normalized and written to `out`. Otherwise each
+// workgroup writes its partial states (r, l, bad) and acc to `stats` and `parts`, which
+// attention_merge.comp merges in split order.
+//
+// KV 0: k and v are float32 words. KV 1: float16 pairs in uint words. KV 2: int8 codes,
+// four per word, with a float32 scale per row (dequantized value = scale * code).
+// MASK 1: an additive float32 mask read through four element strides (0 broadcasts).
+#extension GL_GOOGLE_include_directive : require
+#include "attention_common.glsl"
+
+#ifndef MARGIN
+#define MARGIN 4.0
+#endif
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint QT = 1u;      // query rows per workgroup
+layout(constant_id = 2) const uint QWORDS = 1u;  // k words per row (the q tile is as wide)
+layout(constant_id = 3) const uint DVS = 1u;     // dimensions of v per invocation
+
+#if KV == 0
+const uint PER_WORD = 1u;
+#elif KV == 1
+const uint PER_WORD = 2u;
+#else
+const uint PER_WORD = 4u;
+#endif
+const uint QW = QWORDS * PER_WORD;  // q elements per row in shared memory (zero padded)
+const uint WG = gl_WorkGroupSize.x;
+
+layout(std430, binding = 0) readonly buffer Q { float q[]; };
+layout(std430, binding = 1) readonly buffer K { uint k[]; };
+layout(std430, binding = 2) readonly buffer V { uint v[]; };
+layout(std430, binding = 3) readonly buffer KS { float k_scales[]; };
+layout(std430, binding = 4) readonly buffer VS { float v_scales[]; };
+layout(std430, binding = 5) readonly buffer M { float mask[]; };
+layout(std430, binding = 6) writeonly buffer O { float out_rows[]; };
+layout(std430, binding = 7) writeonly buffer ST { vec4 stats[]; };
+layout(std430, binding = 8) writeonly buffer PA { float parts[]; };
+
+layout(push_constant) uniform Push {
+    uint lq, lk, d, dv;
+    uint group;     // query heads per KV head
+    uint hkv;       // KV heads
+    uint kv_rows;   // rows per KV head in k and v (the cache's capacity)
+    uint vwords;    // v words per row
+    float scale;
+    uint causal;
+    uint chunk;     // keys per split
+    uint nsplit;
+    uint direct;
+    uint m_b, m_h, m_i, m_j;  // mask strides in elements
+} pc;
+
+shared float sh_q[QT * QW];
+shared float sh_s[QT * WG];
+
+float v_at(uint row, uint e) {
+#if KV == 0
+    return uintBitsToFloat(v[row * pc.vwords + e]);
+#elif KV == 1
+    vec2 h = unpackHalf2x16(v[row * pc.vwords + (e >> 1u)]);
+    return (e & 1u) == 0u ? h.x : h.y;
+#else
+    int code = bitfieldExtract(int(v[row * pc.vwords + (e >> 2u)]), int(8u * (e & 3u)), 8);
+    return v_scales[row] * float(code);
+#endif
+}
+
+// The dot products of key `row` with the tile's queries, unscaled.
+void key_scores(uint row, inout float s[QT]) {
+    uint base = row * QWORDS;
+    for (uint w = 0u; w < QWORDS; ++w) {
+        uint word = k[base + w];
+#if KV == 0
+        float kv = uintBitsToFloat(word);
+        for (uint t = 0u; t < QT; ++t) s[t] += sh_q[t * QW + w] * kv;
+#elif KV == 1
+        vec2 kv = unpackHalf2x16(word);
+        for (uint t = 0u; t < QT; ++t) {
+            uint e = t * QW + 2u * w;
+            s[t] += sh_q[e] * kv.x + sh_q[e + 1u] * kv.y;
+        }
+#else
+        // Codes times q summed, then times the row's scale: the same products as with
+        // the dequantized values, rounded once more at the end.
+        vec4 kv = vec4(bitfieldExtract(int(word), 0, 8), bitfieldExtract(int(word), 8, 8),
+                       bitfieldExtract(int(word), 16, 8), bitfieldExtract(int(word), 24, 8));
+        for (uint t = 0u; t < QT; ++t) {
+            uint e = t * QW + 4u * w;
+            s[t] += (sh_q[e] * kv.x + sh_q[e + 1u] * kv.y) + (sh_q[e + 2u] * kv.z + sh_q[e + 3u] * kv.w);
+        }
+#endif
+    }
+#if KV == 2
+    for (uint t = 0u; t < QT; ++t) s[t] *= k_scales[row];
+#endif
+}
+
+void main() {
+    uint lid = gl_LocalInvocationID.x;
+    uint split = gl_WorkGroupID.x;
+    uint z = gl_WorkGroupID.z;          // b * hkv + kv head
+    uint b = z / pc.hkv;
+    uint kvh = z - b * pc.hkv;
+    uint rows = pc.group * pc.lq;       // query rows of this KV head
+    uint row0 = gl_WorkGroupID.y * QT;  // first row of the tile
+    uint kv_base = z * pc.kv_rows;
+
+    // The tile's queries, zero padded to whole k words; the tile's causal key limit.
+    for (uint e = lid; e < QT * QW; e += WG) {
+        uint t = e / QW, i = e - t * QW;
+        bool live = row0 + t < rows && i < pc.d;
+        sh_q[e] = live ? q[(z * rows + row0 + t) * pc.d + i] : 0.0;
+    }
+    uint last_row = min(row0 + QT, rows) - 1u;
+    uint kbegin = split * pc.chunk;
+    uint kend = min(kbegin + pc.chunk, pc.lk);
+    if (pc.causal != 0u) {
+        // Keys j <= i + lk - lq for the tile's largest position i (rows are (head, i)).
+        uint hi_pos = row0 / pc.lq == last_row / pc.lq ? last_row % pc.lq : pc.lq - 1u;
+        kend = min(kend, uint(max(0, int(hi_pos + pc.lk) - int(pc.lq) + 1)));
+    }
+    barrier();
+
+    float r[QT];
+    KahanSum l[QT];
+    uint bad[QT];
+    KahanSum acc[QT * DVS];
+    for (uint t = 0u; t < QT; ++t) { r[t] = NEG_INF; l[t] = KahanSum(0.0, 0.0); bad[t] = 0u; }
+    for (uint c = 0u; c < QT * DVS; ++c) acc[c] = KahanSum(0.0, 0.0);
+
+    for (uint kb = kbegin; kb < kend; kb += WG) {
+        uint j = kb + lid;
+        float s[QT];
+        for (uint t = 0u; t < QT; ++t) s[t] = 0.0;
+        if (j < kend) key_scores(kv_base + j, s);
+        for (uint t = 0u; t < QT; ++t) {
+            uint row = row0 + t;
+            uint g = row / pc.lq, i = row - g * pc.lq;
+            float add = 0.0;
+            bool attended = j < kend && row < rows;
+            if (attended && pc.causal != 0u) attended = int(j) <= int(i + pc.lk) - int(pc.lq);
+#if MASK
+            if (attended) {
+                uint hq = kvh * pc.group + g;
+                add = mask[b * pc.m_b + hq * pc.m_h + i * pc.m_i + j * pc.m_j];
+                attended = add != NEG_INF;  // masked whatever the key holds
+            }
+#endif
+            sh_s[t * WG + lid] = attended ? s[t] * pc.scale + add : NEG_INF;
+        }
+        barrier();
+        // Every invocation folds the block's scores into the same (r, bad): one reference
+        // per row, moved only when the block exceeds it by more than MARGIN.
+        float factor[QT];
+        for (uint t = 0u; t < QT; ++t) {
+            float top = NEG_INF;
+            for (uint x = 0u; x < WG; ++x) {
+                float sx = sh_s[t * WG + x];
+                bad[t] |= is_bad(sx);
+                top = max(top, sx);
+            }
+            factor[t] = 1.0;
+            if (top > r[t] + MARGIN) {
+                factor[t] = rescale_factor(r[t], top);
+                r[t] = top;
+            }
+        }
+        barrier();
+        for (uint t = 0u; t < QT; ++t) {
+            float sx = sh_s[t * WG + lid];
+            // Masked keys (-inf) weigh exactly 0; NaN and +inf ones too (the row is NaN).
+            sh_s[t * WG + lid] = sx == NEG_INF || is_bad(sx) != 0u ? 0.0 : exp(sx - finite_ref(r[t]));
+        }
+        barrier();
+        for (uint t = 0u; t < QT; ++t) {
+            if (factor[t] != 1.0) {
+                kahan_scale(l[t], factor[t]);
+                for (uint c = 0u; c < DVS; ++c) kahan_scale(acc[t * DVS + c], factor[t]);
+            }
+            float block = 0.0;
+            for (uint x = 0u; x < WG; ++x) block += sh_s[t * WG + x];
+            kahan_add(l[t], block);
+        }
+        for (uint c = 0u; c < DVS; ++c) {
+            uint e = lid + c * WG;
+            if (e >= pc.dv) break;
+            float sums[QT];
+            for (uint t = 0u; t < QT; ++t) sums[t] = 0.0;
+            uint n = min(WG, kend - kb);
+            for (uint x = 0u; x < n; ++x) {
+                bool any_weight = false;
+                for (uint t = 0u; t < QT; ++t) any_weight = any_weight || sh_s[t * WG + x] != 0.0;
+                if (!any_weight) continue;  // a masked key's value is never read
+                float val = v_at(kv_base + kb + x, e);
+                for (uint t = 0u; t < QT; ++t) {
+                    float p = sh_s[t * WG + x];
+                    if (p != 0.0) sums[t] += p * val;
+                }
+            }
+            for (uint t = 0u; t < QT; ++t) kahan_add(acc[t * DVS + c], sums[t]);
+        }
+        barrier();  // the block's weights are read everywhere before the next block's scores
+    }
+
+    for (uint t = 0u; t < QT; ++t) {
+        uint row = row0 + t;
+        if (row >= rows) break;
+        uint out_row = z * rows + row;
+        if (pc.direct != 0u) {
+            float inv = r[t] == NEG_INF ? 0.0 : reciprocal(l[t].sum);
+            for (uint c = 0u; c < DVS; ++c) {
+                uint e = lid + c * WG;
+                if (e < pc.dv) out_rows[out_row * pc.dv + e] = bad[t] != 0u ? QNAN : acc[t * DVS + c].sum * inv;
+            }
+        } else {
+            uint part = out_row * pc.nsplit + split;
+            if (lid == 0u) stats[part] = vec4(r[t], l[t].sum, float(bad[t]), 0.0);
+            for (uint c = 0u; c < DVS; ++c) {
+                uint e = lid + c * WG;
+                if (e < pc.dv) parts[part * pc.dv + e] = acc[t * DVS + c].sum;
+            }
+        }
+    }
+}

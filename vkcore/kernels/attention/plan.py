@@ -1,0 +1,100 @@
+"""How an attention call is cut into workgroups: pure functions of the device's
+properties (tests call them with the recorded GPUs of tests/support/devices/).
+
+A workgroup takes ``tile`` query rows of one KV head and one split of the keys
+(shaders/attention.comp); splits are merged by shaders/attention_merge.comp.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vkcore.device.info import DeviceInfo
+
+GPU_WORKGROUP = 64
+MAX_TILE = 8  # query rows per workgroup
+MAX_ACC_SLOTS = 64  # tile * dimensions per invocation: the accumulators one invocation keeps
+MIN_SPLIT_BLOCKS = 4  # a split covers at least this many blocks of keys
+MAX_SPLITS = 256
+# llvmpipe ends an invocation's loops after 65,535 iterations: blocks per split stay below.
+MAX_BLOCKS_PER_SPLIT = 65_535
+SHARED_SLOT_BYTES = 4
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The workgroup size, the query rows per tile and the key splits of one call."""
+
+    workgroup: int
+    tile: int
+    dims_per_invocation: int
+    tiles: int  # per KV head
+    splits: int
+    chunk: int  # keys per split, a whole number of blocks
+
+    @property
+    def merged(self) -> bool:
+        return self.splits > 1
+
+
+def workgroup_size(info: DeviceInfo) -> int:
+    """One subgroup on a CPU device (no barrier cost between its coroutines), else 64
+    within the device's limits."""
+    limit = min(info.max_compute_work_group_size[0], info.max_compute_work_group_invocations)
+    size = max(1, info.subgroup_size or 8) if info.is_cpu else GPU_WORKGROUP
+    return max(1, min(size, limit))
+
+
+def tile_rows(info: DeviceInfo, workgroup: int, rows: int, qwords_elems: int, dv: int) -> int:
+    """Query rows per workgroup: a power of two up to MAX_TILE, no more than the rows of a
+    KV head need, within the accumulators an invocation keeps and the shared memory
+    (the tile's queries and one block of scores per row)."""
+    shared = info.max_compute_shared_memory_size or 16384
+    dims = -(-max(dv, 1) // workgroup)
+    tile = 1
+    while (
+        tile < MAX_TILE
+        and tile < rows
+        and 2 * tile * dims <= MAX_ACC_SLOTS
+        and 2 * tile * (qwords_elems + workgroup) * SHARED_SLOT_BYTES <= shared
+    ):
+        tile *= 2
+    if tile * (qwords_elems + workgroup) * SHARED_SLOT_BYTES > shared:
+        raise ValueError(
+            f"a head dimension of {qwords_elems} needs more shared memory than this device's "
+            f"maxComputeSharedMemorySize ({shared} bytes)"
+        )
+    return tile
+
+
+def split_count(info: DeviceInfo, workers: int, groups: int, keys: int, workgroup: int) -> int:
+    """Splits of the keys for ``groups`` workgroups of query tiles: enough workgroups for
+    ``workers`` (four each), each split at least MIN_SPLIT_BLOCKS blocks and at most
+    MAX_BLOCKS_PER_SPLIT, no more than MAX_SPLITS nor the grid's x limit."""
+    blocks = max(1, -(-keys // workgroup))
+    want = 1 if groups >= 4 * workers else -(-4 * workers // max(1, groups))
+    splits = min(want, -(-blocks // MIN_SPLIT_BLOCKS), MAX_SPLITS)
+    splits = max(splits, -(-blocks // MAX_BLOCKS_PER_SPLIT), 1)
+    return min(splits, int(info.max_compute_work_group_count[0]))
+
+
+def grid(
+    info: DeviceInfo, workers: int, heads: int, rows: int, keys: int, qwords_elems: int, dv: int
+) -> Grid:
+    """The grid of a call: ``heads`` (batch times KV heads) of ``rows`` query rows each
+    over ``keys`` keys; ``qwords_elems`` is the head dimension padded to whole k words."""
+    wg = workgroup_size(info)
+    tile = tile_rows(info, wg, rows, qwords_elems, dv)
+    tiles = -(-rows // tile)
+    splits = split_count(info, workers, heads * tiles, keys, wg)
+    blocks = max(1, -(-keys // wg))
+    chunk = -(-blocks // splits) * wg
+    splits = max(1, -(-keys // chunk))
+    counts = info.max_compute_work_group_count
+    if tiles > counts[1] or heads > counts[2]:
+        raise ValueError(
+            f"{heads} heads of {rows} query rows need more workgroups than this device "
+            f"allows ({tiles} tiles of {tile} rows, at most {counts[1]} by {counts[2]}); "
+            "split the call"
+        )
+    return Grid(wg, tile, -(-max(dv, 1) // wg), tiles, splits, chunk)
