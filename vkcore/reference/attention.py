@@ -43,7 +43,10 @@ def attention(
     s = float(np.float32(1.0 / math.sqrt(d) if scale is None else scale))
     with np.errstate(invalid="ignore", over="ignore"):
         scores = np.matmul(q64, np.swapaxes(k64, -1, -2)) * s
-    scores = scores + additive_mask(mask, causal, lq, lk)
+    add = additive_mask(mask, causal, lq, lk)
+    # A masked key is masked whatever its score (a NaN key behind a mask changes nothing).
+    with np.errstate(invalid="ignore"):
+        scores = np.where(np.isneginf(add), -np.inf, scores + add)
     bad = np.isnan(scores).any(axis=-1, keepdims=True)
     bad |= np.isposinf(scores).any(axis=-1, keepdims=True)
     scores = np.where(bad, 0.0, scores)
