@@ -1,7 +1,8 @@
 """vkcore: GPU compute kernels from Python through Vulkan.
 
-The kernels: attention (over arrays or a KVCache); softmax and log_softmax; RTN quantize and dequantize (groups, packed 4-bit);
-matvec of quantized weights and matvec_f32; topk, softmax_topk and sample. Your own
+The kernels: attention (over arrays or a KVCache); softmax and log_softmax; RTN quantize
+and dequantize (groups, packed 4-bit); matvec of quantized weights and matvec_f32; topk,
+softmax_topk and sample. Your own
 shaders run as :class:`Program` objects, several calls as one :func:`sequence`. numpy in, numpy
 out; :class:`Tensor` in, Tensor out for data that stays on the device. The public names
 are the ones below (docs/architecture.md has the layers behind them).
