@@ -168,11 +168,10 @@ def test_append_failing_at_every_step_changes_nothing(device, rng, monkeypatch, 
 def test_append_in_a_failed_sequence_changes_nothing(device, rng, monkeypatch, error):
     cache = vkcore.KVCache(1, 4, 8, dtype="float16", device=device)
     cache.append(rand(rng, 1, 2, 4), rand(rng, 1, 2, 4))
-    with pytest.raises(error):
-        with vkcore.sequence(device=device):
-            cache.append(rand(rng, 1, 1, 4), rand(rng, 1, 1, 4))
-            assert len(cache) == 2  # recorded, not run
-            raise error("inside the block")
+    with pytest.raises(error), vkcore.sequence(device=device):
+        cache.append(rand(rng, 1, 1, 4), rand(rng, 1, 1, 4))
+        assert len(cache) == 2  # recorded, not run
+        raise error("inside the block")
     assert len(cache) == 2
 
     def fail(self):
@@ -180,9 +179,8 @@ def test_append_in_a_failed_sequence_changes_nothing(device, rng, monkeypatch, e
 
     with monkeypatch.context() as m:
         m.setattr(Sequence, "_submit_now", fail)
-        with pytest.raises(error):
-            with vkcore.sequence(device=device):
-                cache.append(rand(rng, 1, 1, 4), rand(rng, 1, 1, 4))
+        with pytest.raises(error), vkcore.sequence(device=device):
+            cache.append(rand(rng, 1, 1, 4), rand(rng, 1, 1, 4))
     assert len(cache) == 2
     cache.append(rand(rng, 1, 1, 4), rand(rng, 1, 1, 4))
     assert len(cache) == 3
