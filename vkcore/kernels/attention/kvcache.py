@@ -238,7 +238,7 @@ class KVCache:
             raise ValueError(f"codes() needs an int8 cache, this one is {self.dtype}")
         c.not_recorded(self.device, "KVCache.codes()", "it reads the cache back")
         n = len(self)
-        out = []
+        out: list[np.ndarray] = []
         for name in ("k", "v"):
             raw = np.empty((self.batch, self.heads, self.capacity, self.words), np.uint32)
             self._buffers[name].read(raw)
