@@ -4,9 +4,10 @@
 // A workgroup takes a tile of QT query rows of one KV head (the rows of every query head
 // of its group: grouped-query attention reads each key and value once for all of them)
 // and one split of the keys: grid (splits, tiles, batch * Hkv). Keys go by blocks of one
-// workgroup: each invocation scores one key against the tile's queries (kept in shared
-// memory), the scores of the block sit in shared memory only (never in device memory),
-// then each invocation adds the block to the dimensions of v it owns. Keys past the
+// workgroup: KL invocations share each key's dot products with the tile's queries (each
+// keeps its share of the queries in registers and reads consecutive words of the key),
+// the scores of the block sit in shared memory only (never in device memory), then each
+// invocation adds the block to the dimensions of v it owns. Keys past the
 // tile's last causal key are never visited (causal tiles skipped).
 //
 // `direct` (one split): the rows are normalized and written to `out`. Otherwise each
@@ -25,8 +26,9 @@
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint QT = 1u;      // query rows per workgroup
-layout(constant_id = 2) const uint QWORDS = 1u;  // k words per row (the q tile is as wide)
+layout(constant_id = 2) const uint QWORDS = 1u;  // k words per row
 layout(constant_id = 3) const uint DVS = 1u;     // dimensions of v per invocation
+layout(constant_id = 4) const uint KL = 1u;      // invocations sharing one key's dot product
 
 #if KV == 0
 const uint PER_WORD = 1u;
@@ -35,8 +37,10 @@ const uint PER_WORD = 2u;
 #else
 const uint PER_WORD = 4u;
 #endif
-const uint QW = QWORDS * PER_WORD;  // q elements per row in shared memory (zero padded)
 const uint WG = gl_WorkGroupSize.x;
+const uint KPAR = WG / KL;                 // keys scored side by side (KL divides WG)
+const uint WPL = (QWORDS + KL - 1u) / KL;  // k words per invocation of a key
+const uint QPL = WPL * PER_WORD;           // query elements each invocation keeps
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
 layout(std430, binding = 1) readonly buffer K { uint k[]; };
@@ -62,8 +66,8 @@ layout(push_constant) uniform Push {
     uint m_b, m_h, m_i, m_j;  // mask strides in elements
 } pc;
 
-shared float sh_q[QT * QW];
-shared float sh_s[QT * WG];
+shared float sh_s[QT * WG];           // the block's scores, then its weights
+shared float sh_part[WG * QT * KL];   // partial dot products of the block's keys
 
 float v_at(uint row, uint e) {
 #if KV == 0
@@ -77,35 +81,18 @@ float v_at(uint row, uint e) {
 #endif
 }
 
-// The dot products of key `row` with the tile's queries, unscaled.
-void key_scores(uint row, inout float s[QT]) {
-    uint base = row * QWORDS;
-    for (uint w = 0u; w < QWORDS; ++w) {
-        uint word = k[base + w];
+// The elements of k word `word` (int8: the codes; the row's scale comes after the sum:
+// the same products as with the dequantized values, rounded once more at the end).
 #if KV == 0
-        float kv = uintBitsToFloat(word);
-        for (uint t = 0u; t < QT; ++t) s[t] += sh_q[t * QW + w] * kv;
+float k_elems(uint word) { return uintBitsToFloat(word); }
 #elif KV == 1
-        vec2 kv = unpackHalf2x16(word);
-        for (uint t = 0u; t < QT; ++t) {
-            uint e = t * QW + 2u * w;
-            s[t] += sh_q[e] * kv.x + sh_q[e + 1u] * kv.y;
-        }
+vec2 k_elems(uint word) { return unpackHalf2x16(word); }
 #else
-        // Codes times q summed, then times the row's scale: the same products as with
-        // the dequantized values, rounded once more at the end.
-        vec4 kv = vec4(bitfieldExtract(int(word), 0, 8), bitfieldExtract(int(word), 8, 8),
-                       bitfieldExtract(int(word), 16, 8), bitfieldExtract(int(word), 24, 8));
-        for (uint t = 0u; t < QT; ++t) {
-            uint e = t * QW + 4u * w;
-            s[t] += (sh_q[e] * kv.x + sh_q[e + 1u] * kv.y) + (sh_q[e + 2u] * kv.z + sh_q[e + 3u] * kv.w);
-        }
-#endif
-    }
-#if KV == 2
-    for (uint t = 0u; t < QT; ++t) s[t] *= k_scales[row];
-#endif
+vec4 k_elems(uint word) {
+    return vec4(bitfieldExtract(int(word), 0, 8), bitfieldExtract(int(word), 8, 8),
+                bitfieldExtract(int(word), 16, 8), bitfieldExtract(int(word), 24, 8));
 }
+#endif
 
 void main() {
     uint lid = gl_LocalInvocationID.x;
@@ -117,11 +104,16 @@ void main() {
     uint row0 = gl_WorkGroupID.y * QT;  // first row of the tile
     uint kv_base = z * pc.kv_rows;
 
-    // The tile's queries, zero padded to whole k words; the tile's causal key limit.
-    for (uint e = lid; e < QT * QW; e += WG) {
-        uint t = e / QW, i = e - t * QW;
-        bool live = row0 + t < rows && i < pc.d;
-        sh_q[e] = live ? q[(z * rows + row0 + t) * pc.d + i] : 0.0;
+    // This invocation's share of the tile's queries: the elements of the k words
+    // kl, kl + KL, ... (zero past D and past the tile's rows).
+    uint kl = lid % KL, kp = lid / KL;
+    float qreg[QT * QPL];
+    for (uint t = 0u; t < QT; ++t) {
+        for (uint i = 0u; i < QPL; ++i) {
+            uint e = (kl + KL * (i / PER_WORD)) * PER_WORD + i % PER_WORD;
+            bool live = row0 + t < rows && e < pc.d;
+            qreg[t * QPL + i] = live ? q[(z * rows + row0 + t) * pc.d + e] : 0.0;
+        }
     }
     uint last_row = min(row0 + QT, rows) - 1u;
     uint kbegin = split * pc.chunk;
@@ -131,7 +123,6 @@ void main() {
         uint hi_pos = row0 / pc.lq == last_row / pc.lq ? last_row % pc.lq : pc.lq - 1u;
         kend = min(kend, uint(max(0, int(hi_pos + pc.lk) - int(pc.lq) + 1)));
     }
-    barrier();
 
     float r[QT];
     KahanSum l[QT];
@@ -141,10 +132,47 @@ void main() {
     for (uint c = 0u; c < QT * DVS; ++c) acc[c] = KahanSum(0.0, 0.0);
 
     for (uint kb = kbegin; kb < kend; kb += WG) {
+        // KL invocations per key, each over its words: contiguous loads.
+        for (uint x = kp; x < WG; x += KPAR) {
+            float part[QT];
+            for (uint t = 0u; t < QT; ++t) part[t] = 0.0;
+            if (kb + x < kend) {
+                uint base = (kv_base + kb + x) * QWORDS;
+                for (uint i = 0u; i < WPL; ++i) {
+                    uint w = kl + KL * i;
+                    if (w >= QWORDS) break;
+#if KV == 0
+                    float kv = k_elems(k[base + w]);
+                    for (uint t = 0u; t < QT; ++t) part[t] += qreg[t * QPL + i] * kv;
+#elif KV == 1
+                    vec2 kv = k_elems(k[base + w]);
+                    for (uint t = 0u; t < QT; ++t) {
+                        uint e = t * QPL + 2u * i;
+                        part[t] += qreg[e] * kv.x + qreg[e + 1u] * kv.y;
+                    }
+#else
+                    vec4 kv = k_elems(k[base + w]);
+                    for (uint t = 0u; t < QT; ++t) {
+                        uint e = t * QPL + 4u * i;
+                        part[t] += (qreg[e] * kv.x + qreg[e + 1u] * kv.y)
+                                 + (qreg[e + 2u] * kv.z + qreg[e + 3u] * kv.w);
+                    }
+#endif
+                }
+            }
+            for (uint t = 0u; t < QT; ++t) sh_part[(x * QT + t) * KL + kl] = part[t];
+        }
+        barrier();
         uint j = kb + lid;
         float s[QT];
-        for (uint t = 0u; t < QT; ++t) s[t] = 0.0;
-        if (j < kend) key_scores(kv_base + j, s);
+        for (uint t = 0u; t < QT; ++t) {
+            float sum = 0.0;
+            for (uint i = 0u; i < KL; ++i) sum += sh_part[(lid * QT + t) * KL + i];
+            s[t] = sum;
+        }
+#if KV == 2
+        if (j < kend) for (uint t = 0u; t < QT; ++t) s[t] *= k_scales[kv_base + j];
+#endif
         for (uint t = 0u; t < QT; ++t) {
             uint row = row0 + t;
             uint g = row / pc.lq, i = row - g * pc.lq;
@@ -193,24 +221,24 @@ void main() {
             for (uint x = 0u; x < WG; ++x) block += sh_s[t * WG + x];
             kahan_add(l[t], block);
         }
-        for (uint c = 0u; c < DVS; ++c) {
-            uint e = lid + c * WG;
-            if (e >= pc.dv) break;
-            float sums[QT];
-            for (uint t = 0u; t < QT; ++t) sums[t] = 0.0;
-            uint n = min(WG, kend - kb);
-            for (uint x = 0u; x < n; ++x) {
-                bool any_weight = false;
-                for (uint t = 0u; t < QT; ++t) any_weight = any_weight || sh_s[t * WG + x] != 0.0;
-                if (!any_weight) continue;  // a masked key's value is never read
-                float val = v_at(kv_base + kb + x, e);
-                for (uint t = 0u; t < QT; ++t) {
-                    float p = sh_s[t * WG + x];
-                    if (p != 0.0) sums[t] += p * val;
-                }
+        float sums[QT * DVS];
+        for (uint c = 0u; c < QT * DVS; ++c) sums[c] = 0.0;
+        uint n = min(WG, kend - kb);
+        for (uint x = 0u; x < n; ++x) {
+            float p[QT];
+            bool any_weight = false;
+            for (uint t = 0u; t < QT; ++t) {
+                p[t] = sh_s[t * WG + x];
+                any_weight = any_weight || p[t] != 0.0;
             }
-            for (uint t = 0u; t < QT; ++t) kahan_add(acc[t * DVS + c], sums[t]);
+            if (!any_weight) continue;  // a masked key's value is never read
+            for (uint c = 0u; c < DVS; ++c) {
+                uint e = lid + c * WG;
+                float val = e < pc.dv ? v_at(kv_base + kb + x, e) : 0.0;
+                for (uint t = 0u; t < QT; ++t) sums[t * DVS + c] += p[t] != 0.0 ? p[t] * val : 0.0;
+            }
         }
+        for (uint c = 0u; c < QT * DVS; ++c) kahan_add(acc[c], sums[c]);
         barrier();  // the block's weights are read everywhere before the next block's scores
     }
 

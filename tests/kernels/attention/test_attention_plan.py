@@ -34,7 +34,8 @@ def test_grid_on_recorded_devices(name):
         assert 1 <= g.workgroup <= info.max_compute_work_group_size[0]
         assert g.workgroup <= info.max_compute_work_group_invocations
         shared = info.max_compute_shared_memory_size or 16384
-        assert g.tile * (d + g.workgroup) * 4 <= shared
+        assert plan.shared_bytes(g.tile, g.workgroup, g.key_lanes) <= shared
+        assert g.workgroup % g.key_lanes == 0
         assert g.tile * g.dims_per_invocation <= plan.MAX_ACC_SLOTS
         assert g.dims_per_invocation * g.workgroup >= dv
         # The splits cover the keys, none empty, whole blocks, within the grid.

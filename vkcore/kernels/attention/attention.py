@@ -258,7 +258,12 @@ def _steps(
         "attention.comp",
         {"KV": DTYPES[kv.kind], "MASK": int(masked)},
         workgroup=g.workgroup,
-        spec={"QT": g.tile, "QWORDS": kv.words, "DVS": g.dims_per_invocation},
+        spec={
+            "QT": g.tile,
+            "QWORDS": kv.words,
+            "DVS": g.dims_per_invocation,
+            "KL": g.key_lanes,
+        },
     )
     rows = s.batch * s.hq * s.lq
     stats = parts = c.dummy_buffer(dev)

@@ -14,6 +14,8 @@ from vkcore.device.info import DeviceInfo
 GPU_WORKGROUP = 64
 MAX_TILE = 8  # query rows per workgroup
 MAX_ACC_SLOTS = 64  # tile * dimensions per invocation: the accumulators one invocation keeps
+MAX_QUERY_SLOTS = 256  # tile * query elements per invocation, kept in registers
+MAX_KEY_LANES = 8
 MIN_SPLIT_BLOCKS = 4  # a split covers at least this many blocks of keys
 MAX_SPLITS = 256
 # llvmpipe ends an invocation's loops after 65,535 iterations: blocks per split stay below.
@@ -28,6 +30,7 @@ class Grid:
     workgroup: int
     tile: int
     dims_per_invocation: int
+    key_lanes: int  # invocations sharing one key's dot products (divides workgroup)
     tiles: int  # per KV head
     splits: int
     chunk: int  # keys per split, a whole number of blocks
@@ -45,23 +48,40 @@ def workgroup_size(info: DeviceInfo) -> int:
     return max(1, min(size, limit))
 
 
-def tile_rows(info: DeviceInfo, workgroup: int, rows: int, qwords_elems: int, dv: int) -> int:
+def key_lanes(workgroup: int) -> int:
+    """Invocations that share one key's dot products: the largest power of two up to
+    MAX_KEY_LANES that divides the workgroup."""
+    lanes = 1
+    while lanes * 2 <= MAX_KEY_LANES and workgroup % (lanes * 2) == 0:
+        lanes *= 2
+    return lanes
+
+
+def shared_bytes(tile: int, workgroup: int, lanes: int) -> int:
+    """One block's scores and partial dot products (shaders/attention.comp)."""
+    return tile * workgroup * (1 + lanes) * SHARED_SLOT_BYTES
+
+
+def tile_rows(info: DeviceInfo, workgroup: int, rows: int, d_elems: int, dv: int) -> int:
     """Query rows per workgroup: a power of two up to MAX_TILE, no more than the rows of a
-    KV head need, within the accumulators an invocation keeps and the shared memory
-    (the tile's queries and one block of scores per row)."""
+    KV head need, within the accumulators and query elements an invocation keeps and the
+    shared memory; ``d_elems`` is the head dimension padded to whole k words."""
     shared = info.max_compute_shared_memory_size or 16384
+    lanes = key_lanes(workgroup)
     dims = -(-max(dv, 1) // workgroup)
+    q_per = -(-d_elems // lanes)
     tile = 1
     while (
         tile < MAX_TILE
         and tile < rows
         and 2 * tile * dims <= MAX_ACC_SLOTS
-        and 2 * tile * (qwords_elems + workgroup) * SHARED_SLOT_BYTES <= shared
+        and 2 * tile * q_per <= MAX_QUERY_SLOTS
+        and shared_bytes(2 * tile, workgroup, lanes) <= shared
     ):
         tile *= 2
-    if tile * (qwords_elems + workgroup) * SHARED_SLOT_BYTES > shared:
+    if shared_bytes(tile, workgroup, lanes) > shared:
         raise ValueError(
-            f"a head dimension of {qwords_elems} needs more shared memory than this device's "
+            f"a workgroup of {workgroup} needs more shared memory than this device's "
             f"maxComputeSharedMemorySize ({shared} bytes)"
         )
     return tile
@@ -79,12 +99,12 @@ def split_count(info: DeviceInfo, workers: int, groups: int, keys: int, workgrou
 
 
 def grid(
-    info: DeviceInfo, workers: int, heads: int, rows: int, keys: int, qwords_elems: int, dv: int
+    info: DeviceInfo, workers: int, heads: int, rows: int, keys: int, d_elems: int, dv: int
 ) -> Grid:
     """The grid of a call: ``heads`` (batch times KV heads) of ``rows`` query rows each
-    over ``keys`` keys; ``qwords_elems`` is the head dimension padded to whole k words."""
+    over ``keys`` keys; ``d_elems`` is the head dimension padded to whole k words."""
     wg = workgroup_size(info)
-    tile = tile_rows(info, wg, rows, qwords_elems, dv)
+    tile = tile_rows(info, wg, rows, d_elems, dv)
     tiles = -(-rows // tile)
     splits = split_count(info, workers, heads * tiles, keys, wg)
     blocks = max(1, -(-keys // wg))
@@ -97,4 +117,4 @@ def grid(
             f"allows ({tiles} tiles of {tile} rows, at most {counts[1]} by {counts[2]}); "
             "split the call"
         )
-    return Grid(wg, tile, -(-max(dv, 1) // wg), tiles, splits, chunk)
+    return Grid(wg, tile, -(-max(dv, 1) // wg), key_lanes(wg), tiles, splits, chunk)
