@@ -8,11 +8,15 @@ split order (shaders/attention_merge.comp). The grid is :mod:`.plan`'s. Scores e
 in shared memory: the device memory of a call is its inputs, its output and, with
 splits, ``rows * splits * (Dv + 4)`` floats of partial states.
 
-Inputs larger than one storage binding are refused with a ValueError naming them.
+numpy inputs larger than one storage binding are computed in pieces that fit
+(:mod:`.pieces`); Tensors, and calls inside a sequence, larger than one binding are
+refused with a ValueError naming them.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +31,7 @@ from vkcore.device.memory.pools import buffer_pool
 from vkcore.kernels import common as c
 from vkcore.kernels import programs, storage, variants
 from vkcore.kernels.attention import operands as ops
-from vkcore.kernels.attention import plan
+from vkcore.kernels.attention import pieces, plan
 from vkcore.kernels.attention.kvcache import DTYPES, PER_WORD, KVCache
 
 MERGE_WORKGROUP = 64
@@ -89,6 +93,13 @@ def attention(
     sc = ops.scale_of(scale, s.d)
     as_tensor = all(tensors) or c.recording(dev)
     qa, ka, va = (_on_device(a, dev) if as_tensor else c.as_float32(np.asarray(a)) for a in args)
+    if not as_tensor and pieces.beyond_binding(storage.binding_limit(dev), s, mask):
+        # numpy arrays larger than one binding: pieces, merged on the host (as softmax).
+        result = _output(dev, s, out, False)
+        terms = None if mask is None else ops.mask_terms(mask, s)
+        parts = functools.partial(_partial_states, dev, sc)
+        pieces.attend(parts, qa, ka, va, s, causal, terms, storage.binding_limit(dev), result)
+        return result
     with storage.Loans(dev) as loans:
         kv = KV(
             "float32",
@@ -190,11 +201,41 @@ def _run(
         kv.words * PER_WORD[kv.kind],
         s.dv,
     )
-    steps = _steps(dev, g, s, kv, qbuf, mbuf, obuf, sc, causal, strides, mterms is not None, loans)
+    steps, _, _ = _steps(
+        dev, g, s, kv, qbuf, mbuf, obuf, sc, causal, strides, mterms is not None, loans
+    )
     dev.run(steps)
     if isinstance(result, np.ndarray):
         obuf.read(result.reshape(-1, s.dv))
     return result
+
+
+def _partial_states(
+    dev: Device, sc: float, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """One query head's rows ``q (rows, D)`` over keys ``k (n, D)``, ``v (n, Dv)`` with
+    additive ``mask (rows, n)``: the states ``(r, l, bad)`` (rows, 3) and ``acc`` (rows,
+    Dv) of one split (pieces.py merges them)."""
+    rows, d = q.shape
+    n, dv = v.shape
+    s = ops.Shapes((1,), 1, 1, rows, n, d, dv)
+    g = plan.grid(dev.info, c.parallelism(dev), 1, rows, n, d, dv)
+    g = dataclasses.replace(g, splits=1, chunk=c.ceil_div(n, g.workgroup) * g.workgroup)
+    with storage.Loans(dev) as loans:
+        qbuf, kbuf, vbuf = (loans.holding(x) for x in (q, k, v))
+        mbuf = c.dummy_buffer(dev) if mask is None else loans.holding(mask)
+        dummy = c.dummy_buffer(dev)
+        kv = KV("float32", kbuf, vbuf, dummy, dummy, n, d, dv)
+        strides = (0, 0, n, 1)
+        steps, stats_buf, parts_buf = _steps(
+            dev, g, s, kv, qbuf, mbuf, dummy, sc, False, strides, mask is not None, loans, True
+        )
+        dev.run(steps)
+        stats = np.empty((rows, 4), np.float32)
+        acc = np.empty((rows, dv), np.float32)
+        stats_buf.read(stats)
+        parts_buf.read(acc)
+    return stats[:, :3], acc
 
 
 def _output(dev: Device, s: ops.Shapes, out: Any, as_tensor: bool) -> Any:
@@ -251,8 +292,10 @@ def _steps(
     strides: tuple[int, int, int, int],
     masked: bool,
     loans: storage.Loans,
-) -> list[Any]:
-    """The attend dispatch, and the merge after it when the keys are split."""
+    partial: bool = False,
+) -> tuple[list[Any], Buffer, Buffer]:
+    """The attend dispatch, and the merge after it when the keys are split; with
+    ``partial`` the partial states are left in the returned stats and parts buffers."""
     prog = programs.program(
         dev,
         "attention.comp",
@@ -267,7 +310,7 @@ def _steps(
     )
     rows = s.batch * s.hq * s.lq
     stats = parts = c.dummy_buffer(dev)
-    if g.merged:
+    if g.merged or partial:
         storage.check_binding_size(dev, rows * g.splits * s.dv * 4, "the partial states")
         stats = loans.take(rows * g.splits * 16)
         parts = loans.take(rows * g.splits * s.dv * 4)
@@ -285,7 +328,7 @@ def _steps(
         int(causal),
         g.chunk,
         g.splits,
-        int(not g.merged),
+        int(not (g.merged or partial)),
         *strides,
     )
     grid = (g.splits, g.tiles, s.batch * s.hkv)
@@ -304,7 +347,7 @@ def _steps(
             push=push,
         )
     ]
-    if g.merged:
+    if g.merged and not partial:
         merge = programs.program(dev, "attention_merge.comp", {}, workgroup=MERGE_WORKGROUP)
         steps.append(
             merge.record(
@@ -315,4 +358,4 @@ def _steps(
                 push=c.pack_u32(rows, s.dv, g.splits),
             )
         )
-    return steps
+    return steps, stats, parts
