@@ -98,7 +98,9 @@ def attention(
         result = _output(dev, s, out, False)
         terms = None if mask is None else ops.mask_terms(mask, s)
         parts = functools.partial(_partial_states, dev, sc)
-        pieces.attend(parts, qa, ka, va, s, causal, terms, storage.binding_limit(dev), result)
+        arrays = [a for a in (qa, ka, va) if isinstance(a, np.ndarray)]
+        limit = storage.binding_limit(dev)
+        pieces.attend(parts, arrays[0], arrays[1], arrays[2], s, causal, terms, limit, result)
         return result
     with storage.Loans(dev) as loans:
         kv = KV(

@@ -8,6 +8,7 @@ causal rule becomes each piece's additive mask, with its global positions."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -19,7 +20,7 @@ Partials = Callable[
 MAX_PIECE_KEYS = 1 << 19  # keys per piece: one split of at most 65,535 blocks of 8
 
 
-def beyond_binding(limit: int, s: Shapes, mask: object) -> bool:
+def beyond_binding(limit: int, s: Shapes, mask: Any) -> bool:
     """Whether any array of the call (q, k, v, the output, a full mask) exceeds ``limit``."""
     sizes = [
         s.batch * s.hq * s.lq * s.d,
