@@ -211,3 +211,27 @@ def test_scale_and_large_magnitudes(device, rng):
     for scale in (None, 0.01, -2.0, 1e-20):
         got = vkcore.attention(q, k, v, scale=scale, device=device)
         assert_matches(got, q, k, v, scale=scale)
+
+
+@pytest.mark.parametrize("size", [1, 3, 12, 13, 100, 256])
+def test_any_workgroup_size(device, rng, monkeypatch, size):
+    """Any workgroup size a device allows: a multiple of the subgroup or not (key lanes
+    then 1, 4 or 8), over every KV layout, with splits and causal tiles."""
+    monkeypatch.setattr(plan, "workgroup_size", lambda info: size)
+    q, k, v = rand(rng, 1, 4, 9, 20), rand(rng, 1, 2, 300, 20), rand(rng, 1, 2, 300, 7)
+    mask = rng.random((9, 300)) > 0.2
+    assert_matches(
+        vkcore.attention(q, k, v, causal=True, mask=mask, device=device),
+        q,
+        k,
+        v,
+        causal=True,
+        mask=mask,
+    )
+    for dtype in ("float16", "int8"):
+        cache = vkcore.KVCache(2, 20, 300, dtype=dtype, device=device)
+        cache.append(k[0], v[0][..., :1].repeat(20, -1))
+        keys, values = cache.numpy()
+        got = vkcore.attention(q[0, :, :2], cache)
+        assert_matches(got[None], q[:, :, :2], keys, values)
+        cache.release()
