@@ -18,6 +18,8 @@ from vkcore.tools.bench.harness import BLAS_BLOCK, BLAS_SETTLE, Comparison, side
 
 DECODE = (32, 8, 128, 4096)  # query heads, KV heads, D, cached positions
 PREFILL = (8, 1024, 64)  # heads, Lq = Lk, D
+DECODE_QUICK = (32, 8, 128, 512)
+PREFILL_QUICK = (8, 128, 64)
 
 
 def numpy_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> np.ndarray:
@@ -50,13 +52,17 @@ def torch_attention(causal: bool) -> Callable[..., Any] | None:
     return call
 
 
-def attention_rows(dev: Device, repeats: int, rng: Any) -> Iterator[Comparison]:
-    yield from _decode(dev, repeats, rng)
-    yield from _prefill(dev, repeats, rng)
+def attention_rows(
+    dev: Device, repeats: int, rng: Any, *, quick: bool = False
+) -> Iterator[Comparison]:
+    yield from _decode(dev, repeats, rng, DECODE_QUICK if quick else DECODE)
+    yield from _prefill(dev, repeats, rng, PREFILL_QUICK if quick else PREFILL)
 
 
-def _decode(dev: Device, repeats: int, rng: Any) -> Iterator[Comparison]:
-    hq, hkv, d, n = DECODE
+def _decode(
+    dev: Device, repeats: int, rng: Any, sizes: tuple[int, int, int, int]
+) -> Iterator[Comparison]:
+    hq, hkv, d, n = sizes
     k = rng.standard_normal((hkv, n, d), dtype=np.float32)
     v = rng.standard_normal((hkv, n, d), dtype=np.float32)
     q = rng.standard_normal((hq, 1, d), dtype=np.float32)
@@ -94,8 +100,10 @@ def _decode(dev: Device, repeats: int, rng: Any) -> Iterator[Comparison]:
     cache.release()
 
 
-def _prefill(dev: Device, repeats: int, rng: Any) -> Iterator[Comparison]:
-    h, n, d = PREFILL
+def _prefill(
+    dev: Device, repeats: int, rng: Any, sizes: tuple[int, int, int]
+) -> Iterator[Comparison]:
+    h, n, d = sizes
     q, k, v = (rng.standard_normal((h, n, d), dtype=np.float32) for _ in range(3))
     tensors = [vkcore.asarray(x, device=dev) for x in (q, k, v)]
 
@@ -162,3 +170,19 @@ def _torch_row(
         cand,
         dev_s,
     )
+
+
+def main() -> None:
+    """``python -m vkcore.tools.bench.attention_cases``: the attention rows of ``vkcore
+    bench`` alone, on the default device."""
+    dev = vkcore.default_device()
+    for c in attention_rows(dev, 7, np.random.default_rng(0)):
+        base, cand = c.baseline_median or 0.0, c.candidate_median or 0.0
+        print(
+            f"{c.group:28s} {c.baseline} {base * 1e3:8.1f} ms   {c.candidate} "
+            f"{cand * 1e3:8.1f} ms   ratio {c.ratio:.2f}x"
+        )
+
+
+if __name__ == "__main__":
+    main()
