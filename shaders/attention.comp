@@ -29,6 +29,7 @@ layout(constant_id = 1) const uint QT = 1u;      // query rows per workgroup
 layout(constant_id = 2) const uint QWORDS = 1u;  // k words per row
 layout(constant_id = 3) const uint DVS = 1u;     // dimensions of v per invocation
 layout(constant_id = 4) const uint KL = 1u;      // invocations sharing one key's dot product
+layout(constant_id = 5) const uint KB = 1u;      // keys per invocation in a block
 
 #if KV == 0
 const uint PER_WORD = 1u;
@@ -38,6 +39,7 @@ const uint PER_WORD = 2u;
 const uint PER_WORD = 4u;
 #endif
 const uint WG = gl_WorkGroupSize.x;
+const uint BK = WG * KB;                   // keys per block
 const uint KPAR = WG / KL;                 // keys scored side by side (KL divides WG)
 const uint WPL = (QWORDS + KL - 1u) / KL;  // k words per invocation of a key
 const uint QPL = WPL * PER_WORD;           // query elements each invocation keeps
@@ -49,8 +51,8 @@ layout(std430, binding = 3) readonly buffer KS { float k_scales[]; };
 layout(std430, binding = 4) readonly buffer VS { float v_scales[]; };
 layout(std430, binding = 5) readonly buffer M { float mask[]; };
 layout(std430, binding = 6) writeonly buffer O { float out_rows[]; };
-layout(std430, binding = 7) writeonly buffer ST { vec4 stats[]; };
-layout(std430, binding = 8) writeonly buffer PA { float parts[]; };
+layout(std430, binding = 7) buffer ST { vec4 stats[]; };
+layout(std430, binding = 8) buffer PA { float parts[]; };
 
 layout(push_constant) uniform Push {
     uint lq, lk, d, dv;
@@ -64,10 +66,13 @@ layout(push_constant) uniform Push {
     uint nsplit;
     uint direct;
     uint m_b, m_h, m_i, m_j;  // mask strides in elements
+    uint pass_begin;  // this pass's first key within each split
+    uint pass_keys;   // keys per pass
+    uint resume;      // 1: continue from the states the previous pass left in stats/parts
 } pc;
 
-shared float sh_s[QT * WG];           // the block's scores, then its weights
-shared float sh_part[WG * QT * KL];   // partial dot products of the block's keys
+shared float sh_s[QT * BK];           // the block's scores, then its weights
+shared float sh_part[BK * QT * KL];   // partial dot products of the block's keys
 
 float v_at(uint row, uint e) {
 #if KV == 0
@@ -116,8 +121,10 @@ void main() {
         }
     }
     uint last_row = min(row0 + QT, rows) - 1u;
-    uint kbegin = split * pc.chunk;
-    uint kend = min(kbegin + pc.chunk, pc.lk);
+    // A split may take several passes (llvmpipe ends a loop after 65,535 iterations
+    // over an invocation): this pass's keys of the split.
+    uint kbegin = split * pc.chunk + pc.pass_begin;
+    uint kend = min(split * pc.chunk + min(pc.pass_begin + pc.pass_keys, pc.chunk), pc.lk);
     if (pc.causal != 0u) {
         // Keys j <= i + lk - lq for the tile's largest position i (rows are (head, i)).
         uint hi_pos = row0 / pc.lq == last_row / pc.lq ? last_row % pc.lq : pc.lq - 1u;
@@ -130,10 +137,23 @@ void main() {
     KahanSum acc[QT * DVS];
     for (uint t = 0u; t < QT; ++t) { r[t] = NEG_INF; l[t] = KahanSum(0.0, 0.0); bad[t] = 0u; }
     for (uint c = 0u; c < QT * DVS; ++c) acc[c] = KahanSum(0.0, 0.0);
+    if (pc.resume != 0u) {
+        for (uint t = 0u; t < QT; ++t) {
+            uint row = min(row0 + t, rows - 1u);
+            uint part = (z * rows + row) * pc.nsplit + split;
+            vec4 st = stats[part];
+            r[t] = st.x; l[t].sum = st.y; bad[t] = uint(st.z);
+            for (uint c = 0u; c < DVS; ++c) {
+                uint e = min(lid + c * WG, pc.dv - 1u);
+                acc[t * DVS + c].sum = parts[part * pc.dv + e];
+            }
+        }
+        barrier();  // every state is read before an invocation writes its own below
+    }
 
-    for (uint kb = kbegin; kb < kend; kb += WG) {
+    for (uint kb = kbegin; kb < kend; kb += BK) {
         // KL invocations per key, each over its words: contiguous loads.
-        for (uint x = kp; x < WG; x += KPAR) {
+        for (uint x = kp; x < BK; x += KPAR) {
             float part[QT];
             for (uint t = 0u; t < QT; ++t) part[t] = 0.0;
             if (kb + x < kend) {
@@ -163,11 +183,13 @@ void main() {
             for (uint t = 0u; t < QT; ++t) sh_part[(x * QT + t) * KL + kl] = part[t];
         }
         barrier();
-        uint j = kb + lid;
+        for (uint m = 0u; m < KB; ++m) {
+        uint xj = lid + WG * m;  // this invocation's key of the block
+        uint j = kb + xj;
         float s[QT];
         for (uint t = 0u; t < QT; ++t) {
             float sum = 0.0;
-            for (uint i = 0u; i < KL; ++i) sum += sh_part[(lid * QT + t) * KL + i];
+            for (uint i = 0u; i < KL; ++i) sum += sh_part[(xj * QT + t) * KL + i];
             s[t] = sum;
         }
 #if KV == 2
@@ -186,7 +208,8 @@ void main() {
                 attended = add != NEG_INF;  // masked whatever the key holds
             }
 #endif
-            sh_s[t * WG + lid] = attended ? s[t] * pc.scale + add : NEG_INF;
+            sh_s[t * BK + xj] = attended ? s[t] * pc.scale + add : NEG_INF;
+        }
         }
         barrier();
         // Every invocation folds the block's scores into the same (r, bad): one reference
@@ -194,8 +217,8 @@ void main() {
         float factor[QT];
         for (uint t = 0u; t < QT; ++t) {
             float top = NEG_INF;
-            for (uint x = 0u; x < WG; ++x) {
-                float sx = sh_s[t * WG + x];
+            for (uint x = 0u; x < BK; ++x) {
+                float sx = sh_s[t * BK + x];
                 bad[t] |= is_bad(sx);
                 top = max(top, sx);
             }
@@ -207,9 +230,12 @@ void main() {
         }
         barrier();
         for (uint t = 0u; t < QT; ++t) {
-            float sx = sh_s[t * WG + lid];
-            // Masked keys (-inf) weigh exactly 0; NaN and +inf ones too (the row is NaN).
-            sh_s[t * WG + lid] = sx == NEG_INF || is_bad(sx) != 0u ? 0.0 : exp(sx - finite_ref(r[t]));
+            for (uint m = 0u; m < KB; ++m) {
+                uint x = t * BK + lid + WG * m;
+                float sx = sh_s[x];
+                // Masked keys (-inf) weigh exactly 0; NaN and +inf ones too (the row is NaN).
+                sh_s[x] = sx == NEG_INF || is_bad(sx) != 0u ? 0.0 : exp(sx - finite_ref(r[t]));
+            }
         }
         barrier();
         for (uint t = 0u; t < QT; ++t) {
@@ -218,17 +244,17 @@ void main() {
                 for (uint c = 0u; c < DVS; ++c) kahan_scale(acc[t * DVS + c], factor[t]);
             }
             float block = 0.0;
-            for (uint x = 0u; x < WG; ++x) block += sh_s[t * WG + x];
+            for (uint x = 0u; x < BK; ++x) block += sh_s[t * BK + x];
             kahan_add(l[t], block);
         }
         float sums[QT * DVS];
         for (uint c = 0u; c < QT * DVS; ++c) sums[c] = 0.0;
-        uint n = min(WG, kend - kb);
+        uint n = min(BK, kend - kb);
         for (uint x = 0u; x < n; ++x) {
             float p[QT];
             bool any_weight = false;
             for (uint t = 0u; t < QT; ++t) {
-                p[t] = sh_s[t * WG + x];
+                p[t] = sh_s[t * BK + x];
                 any_weight = any_weight || p[t] != 0.0;
             }
             if (!any_weight) continue;  // a masked key's value is never read

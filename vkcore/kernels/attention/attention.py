@@ -222,7 +222,8 @@ def _partial_states(
     n, dv = v.shape
     s = ops.Shapes((1,), 1, 1, rows, n, d, dv)
     g = plan.grid(dev.info, c.parallelism(dev), 1, rows, n, d, dv)
-    g = dataclasses.replace(g, splits=1, chunk=c.ceil_div(n, g.workgroup) * g.workgroup)
+    block = g.workgroup * g.block_keys
+    g = dataclasses.replace(g, splits=1, chunk=c.ceil_div(n, block) * block)
     with storage.Loans(dev) as loans:
         qbuf, kbuf, vbuf = (loans.holding(x) for x in (q, k, v))
         mbuf = c.dummy_buffer(dev) if mask is None else loans.holding(mask)
@@ -308,47 +309,41 @@ def _steps(
             "QWORDS": kv.words,
             "DVS": g.dims_per_invocation,
             "KL": g.key_lanes,
+            "KB": g.block_keys,
         },
     )
     rows = s.batch * s.hq * s.lq
     stats = parts = c.dummy_buffer(dev)
-    if g.merged or partial:
+    if g.merged or partial or g.passes > 1:
         storage.check_binding_size(dev, rows * g.splits * s.dv * 4, "the partial states")
         stats = loans.take(rows * g.splits * 16)
         parts = loans.take(rows * g.splits * s.dv * 4)
-    push = struct.pack(
-        "<8If8I",
-        s.lq,
-        s.lk,
-        s.d,
-        s.dv,
-        s.group,
-        s.hkv,
-        kv.rows,
-        kv.vwords,
-        np.float32(sc),
-        int(causal),
-        g.chunk,
-        g.splits,
-        int(not (g.merged or partial)),
-        *strides,
-    )
     grid = (g.splits, g.tiles, s.batch * s.hkv)
-    steps = [
-        prog.record(
-            qbuf,
-            kv.k,
-            kv.v,
-            kv.k_scales,
-            kv.v_scales,
-            mbuf,
-            obuf,
-            stats,
-            parts,
-            groups=grid,
-            push=push,
+    steps = []
+    for p in range(g.passes):
+        last = p == g.passes - 1
+        push = struct.pack(
+            "<8If11I",
+            s.lq,
+            s.lk,
+            s.d,
+            s.dv,
+            s.group,
+            s.hkv,
+            kv.rows,
+            kv.vwords,
+            np.float32(sc),
+            int(causal),
+            g.chunk,
+            g.splits,
+            int(last and not (g.merged or partial)),
+            *strides,
+            p * g.max_chunk,
+            g.max_chunk,
+            int(p > 0),
         )
-    ]
+        bound = (qbuf, kv.k, kv.v, kv.k_scales, kv.v_scales, mbuf, obuf, stats, parts)
+        steps.append(prog.record(*bound, groups=grid, push=push))
     if g.merged and not partial:
         merge = programs.program(dev, "attention_merge.comp", {}, workgroup=MERGE_WORKGROUP)
         steps.append(

@@ -17,7 +17,6 @@ from vkcore.kernels.attention.operands import Shapes
 Partials = Callable[
     [np.ndarray, np.ndarray, np.ndarray, np.ndarray | None], tuple[np.ndarray, np.ndarray]
 ]
-MAX_PIECE_KEYS = 1 << 19  # keys per piece: one split of at most 65,535 blocks of 8
 
 
 def beyond_binding(limit: int, s: Shapes, mask: Any) -> bool:
@@ -37,7 +36,7 @@ def piece_sizes(limit: int, s: Shapes) -> tuple[int, int]:
     """(query rows, keys) per piece: every buffer of a piece within ``limit`` bytes
     (q, k, v, the piece's mask, its partial states of 4 + Dv floats per row)."""
     width = max(s.d, s.dv, 1)
-    keys = max(1, min(limit // (4 * width), MAX_PIECE_KEYS, s.lk))
+    keys = max(1, min(limit // (4 * width), s.lk))
     rows = max(1, min(limit // (4 * (width + 4)), limit // (4 * keys), s.lq))
     if 4 * keys * width > limit or 4 * rows * (width + 4) > limit:
         raise ValueError(
