@@ -3,16 +3,17 @@
 //
 // A workgroup takes a tile of QT query rows of one KV head (the rows of every query head
 // of its group: grouped-query attention reads each key and value once for all of them)
-// and one split of the keys: grid (splits, tiles, batch * Hkv). Keys go by blocks of one
-// workgroup: KL invocations share each key's dot products with the tile's queries (each
+// and one split of the keys: grid (splits, tiles, batch * Hkv). Keys go by blocks of KB
+// keys per invocation: KL invocations share each key's dot products with the tile's queries (each
 // keeps its share of the queries in registers and reads consecutive words of the key),
 // the scores of the block sit in shared memory only (never in device memory), then each
 // invocation adds the block to the dimensions of v it owns. Keys past the
 // tile's last causal key are never visited (causal tiles skipped).
 //
-// `direct` (one split): the rows are normalized and written to `out`. Otherwise each
-// workgroup writes its partial states (r, l, bad) and acc to `stats` and `parts`, which
-// attention_merge.comp merges in split order.
+// `direct` (one split, last pass): the rows are normalized and written to `out`.
+// Otherwise each workgroup writes its partial states (r, l, bad) and acc to `stats` and
+// `parts`, which the next pass resumes (`resume`) or attention_merge.comp merges in
+// split order.
 //
 // KV 0: k and v are float32 words. KV 1: float16 pairs in uint words. KV 2: int8 codes,
 // four per word, with a float32 scale per row (dequantized value = scale * code).
