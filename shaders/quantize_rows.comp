@@ -55,46 +55,7 @@ uint workgroup_max(uint v) {
     return m;
 }
 
-// float32(a / qmax) rounded to nearest even, as bits, for a normal positive a and
-// 1 <= qmax <= 127. With a = ma * 2^(ea - 23): t = floor(ma * 2^k / qmax) has exactly
-// 25 bits (k in 1..8, so ma * 2^k < 2^32); the result lies in [2^e, 2^(e + 1)) and keeps
-// 24 bits, fewer when it is subnormal; the rest of t and the remainder decide the rounding.
-uint rounded_quotient_bits(uint a_bits, uint qmax) {
-    uint ma = (a_bits & 0x7fffffu) | 0x800000u;
-    int ea = int(a_bits >> 23) - 127;
-    int k = 24 - findMSB(ma / qmax);
-    uint num = ma << uint(k);
-    uint t = num / qmax;
-    bool inexact = num % qmax != 0u;
-    int e = ea + 1 - k;
-    int kept = e >= -126 ? 24 : 150 + e;  // significant bits of the result
-    uint drop = uint(25 - kept);           // 1..9 here: a / qmax >= 2^-133
-    uint keep = t >> drop;
-    uint rest = t & ((1u << drop) - 1u);
-    uint half_ulp = 1u << (drop - 1u);
-    bool up = rest > half_ulp || (rest == half_ulp && (inexact || (keep & 1u) == 1u));
-    keep += up ? 1u : 0u;
-    // A carry out of the 24 bits lands in the exponent field, as it should.
-    return e >= -126 ? (uint(e + 127) << 23) + (keep - 0x800000u) : keep;
-}
-
-// The scale as quantize.comp takes it: s_norm in [1, 2) and two normal powers of two
-// f1 * f2 = s_norm / s (host: quant.device_params).
-Group group_of_scale(uint s_bits) {
-    float s_norm;
-    int e;
-    if (s_bits >= 0x800000u) {
-        s_norm = uintBitsToFloat((s_bits & 0x7fffffu) | 0x3f800000u);
-        e = 127 - int(s_bits >> 23);
-    } else {
-        int msb = findMSB(s_bits);
-        s_norm = uintBitsToFloat(((s_bits << uint(23 - msb)) & 0x7fffffu) | 0x3f800000u);
-        e = 149 - msb;
-    }
-    int e1 = clamp(e, -126, 127);
-    return Group(s_norm, uintBitsToFloat(uint(e1 + 127) << 23),
-                 uintBitsToFloat(uint(e - e1 + 127) << 23), 0);
-}
+// rounded_quotient_bits and group_of_scale: quant_common.glsl.
 
 #if PACKED
 const uint CODE_BITS = 4u;

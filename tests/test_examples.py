@@ -19,6 +19,7 @@ EXAMPLES = sorted((REPO / "examples").glob("*.py"))
 EXPECTED_OUTPUT = {
     "softmax_basics.py": ["0.09003057", "all checks passed"],
     "gaussian_blur.py": ["max |vkcore - numpy|", "(ok)", "cold/warm measured in every condition"],
+    "attention_decode.py": ["logits vs numpy", "tokens/s", "all checks passed"],
     "lm_head_sampling.py": [
         "probability error",
         "greedy token agrees",

@@ -1,7 +1,8 @@
 """vkcore: GPU compute kernels from Python through Vulkan.
 
-The kernels: softmax and log_softmax; RTN quantize and dequantize (groups, packed 4-bit);
-matvec of quantized weights and matvec_f32; topk, softmax_topk and sample. Your own
+The kernels: attention (over arrays or a KVCache); softmax and log_softmax; RTN quantize
+and dequantize (groups, packed 4-bit); matvec of quantized weights and matvec_f32; topk,
+softmax_topk and sample. Your own
 shaders run as :class:`Program` objects, several calls as one :func:`sequence`. numpy in, numpy
 out; :class:`Tensor` in, Tensor out for data that stays on the device. The public names
 are the ones below (docs/architecture.md has the layers behind them).
@@ -14,6 +15,8 @@ from vkcore.compute.tensor import Tensor, asarray
 from vkcore.device.device import Device, default_device, devices
 from vkcore.device.info import DeviceInfo
 from vkcore.errors import InvalidSpirvError, ShaderCompileError, ValidationError, VulkanError
+from vkcore.kernels.attention.attention import attention
+from vkcore.kernels.attention.kvcache import KVCache
 from vkcore.kernels.matvec.f32matrix import F32Matrix
 from vkcore.kernels.matvec.matvec import matvec, matvec_f32
 from vkcore.kernels.quant.dequantize import dequantize
@@ -31,6 +34,7 @@ __all__ = [
     "DeviceInfo",
     "F32Matrix",
     "InvalidSpirvError",
+    "KVCache",
     "QuantError",
     "Program",
     "QuantizedTensor",
@@ -40,6 +44,7 @@ __all__ = [
     "ValidationError",
     "VulkanError",
     "asarray",
+    "attention",
     "default_device",
     "dequantize",
     "devices",

@@ -41,6 +41,7 @@ from vkcore.kernels.softmax import stages as softmax_kernels
 from vkcore.spirv import interface_file, reflect
 
 SOFTMAX_MAX_ABS_ERR = 1e-6
+ATTENTION_REL_ERR = 1e-5  # of max|v|: docs/attention.md
 
 
 def _softmax_shapes() -> list[tuple[int, int]]:
@@ -261,6 +262,46 @@ def tour_topk(device: vkcore.Device, rng: np.random.Generator) -> list[str]:
     return done
 
 
+def tour_attention(device: vkcore.Device, rng: np.random.Generator) -> list[str]:
+    """attention over arrays (one split and split keys with the merge, with and without a
+    mask) and over a KV cache of each dtype (int8 codes and scales bit for bit with the
+    reference): within 1e-5 x max|v| of the float64 reference on the values held."""
+    if not hasattr(vkcore, "attention"):
+        return []
+    done = []
+    for lq, lk, masked in ((37, 45, False), (2, 3000, True), (1, 3000, False), (19, 23, True)):
+        q = rng.standard_normal((1, 4, lq, 24)).astype(np.float32)
+        k = rng.standard_normal((1, 2, lk, 24)).astype(np.float32)
+        v = rng.standard_normal((1, 2, lk, 20)).astype(np.float32)
+        mask = rng.random((lq, lk)) > 0.3 if masked else None
+        got = vkcore.attention(q, k, v, causal=True, mask=mask, device=device)
+        expect = reference.attention(q, k, v, causal=True, mask=mask)
+        err = float(np.abs(got - expect).max())
+        case = f"attention {lq}x{lk}{' masked' if masked else ''}"
+        assert err <= ATTENTION_REL_ERR * np.abs(v).max(), f"{case}: max |err| {err:.2e}"
+        done.append(case)
+    for dtype in ("float32", "float16", "int8"):
+        cache = vkcore.KVCache(2, 40, 64, dtype=dtype, device=device)
+        new_k = rng.standard_normal((2, 50, 40)).astype(np.float32)
+        new_v = rng.standard_normal((2, 50, 40)).astype(np.float32)
+        cache.append(new_k, new_v)
+        keys, values = cache.numpy()
+        if dtype == "int8":
+            kq, ks, vq, vs = cache.codes()
+            assert np.array_equal(kq[0], reference.kv_quantize(new_k)[0]), "int8 cache codes"
+            assert np.array_equal(vs[0], reference.kv_quantize(new_v)[1]), "int8 cache scales"
+        q = rng.standard_normal((1, 6, 2, 40)).astype(np.float32)[0]
+        for mask in (None, rng.random((2, 50)) > 0.2):
+            got = vkcore.attention(q, cache, mask=mask)
+            expect = reference.attention(q[None], keys, values, mask=mask)[0]
+            err = float(np.abs(got - expect).max())
+            bound = ATTENTION_REL_ERR * np.abs(values).max()
+            assert err <= bound, f"KV cache {dtype}: {err:.2e}"
+        cache.release()
+        done.append(f"attention over a {dtype} KV cache")
+    return done
+
+
 Tour = Callable[[vkcore.Device, np.random.Generator], list[str]]
 TOURS: list[Tour] = [
     tour_softmax,
@@ -269,6 +310,7 @@ TOURS: list[Tour] = [
     tour_matvec_groups,
     tour_batch,
     tour_topk,
+    tour_attention,
 ]
 TOURS_BY_NAME = {t.__name__.removeprefix("tour_"): t for t in TOURS}
 
@@ -282,7 +324,11 @@ def feature_profiles(info: DeviceInfo) -> list[tuple[str, DeviceInfo, list[Tour]
         "subgroup_supported_operations": info.subgroup_supported_operations & ~SUBGROUP_ARITHMETIC
     }
     wanted: list[tuple[str, dict[str, object], list[Tour]]] = [
-        ("no RTE", no_rte, [tour_quantization, tour_quant_groups, tour_matvec_groups]),
+        (
+            "no RTE",
+            no_rte,
+            [tour_quantization, tour_quant_groups, tour_matvec_groups, tour_attention],
+        ),
         ("shared-memory reductions", no_arith, TOURS),
         (
             "no RTE, shared-memory reductions",

@@ -92,6 +92,7 @@ def test_a_failing_comparison_is_reported_and_the_rest_still_run(device, monkeyp
     monkeypatch.setattr(bench_run.program_cases, "call_path_rows", lambda *a: iter(()))
     monkeypatch.setattr(bench_run.topk_cases, "softmax_topk_rows", lambda *a: iter(()))
     monkeypatch.setattr(bench_run.sequence_cases, "sequence_rows", lambda *a: iter(()))
+    monkeypatch.setattr(bench_run.attention_cases, "attention_rows", lambda *a, **k: iter(()))
     result = bench.run_bench(device, quick=True, repeats=1, progress=False)
     assert result["errors"] == [
         {"step": "tiny softmax overhead", "error": "RuntimeError: shader compile failed"}

@@ -71,6 +71,12 @@ def sequence(
     return Sequence(resolve(device), wait=wait, timed=timed)
 
 
+def recording(device: Device) -> Sequence | None:
+    """The sequence recording this thread's calls on ``device``, or None."""
+    seq = device.submitter.recording()
+    return seq if isinstance(seq, Sequence) else None
+
+
 class Sequence:
     """Recorded steps, submitted at the end of a ``with`` block and replayable."""
 
@@ -94,6 +100,9 @@ class Sequence:
         self._submission: Submission | None = None
         self._batch: Batch | None = None
         self._lock = threading.RLock()  # run: one replay at a time
+        # How many submissions were seen finished: state that a call records (a KV
+        # cache's length) becomes visible once this counts its work.
+        self.completed = 0
 
     # ------------------------------------------------------------------ recording
     def __enter__(self) -> Sequence:
@@ -184,12 +193,13 @@ class Sequence:
                 submission.submit(info)
             except BaseException:
                 if not submission.unsettled:  # it never reached the queue
-                    self._finished()
+                    self._finished(ran=False)
                     self.state = before
                 raise
 
-    def _finished(self) -> None:
-        """The latest submission has finished (or never reached the queue)."""
+    def _finished(self, ran: bool = True) -> None:
+        """The latest submission has finished (or, not ``ran``, never reached the queue)."""
+        self.completed += ran
         self.state = State.DONE
         self._claim.in_flight = False
         self.device.submitter.untrack(self)

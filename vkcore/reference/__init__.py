@@ -4,6 +4,7 @@ Tests and the demo compare every kernel with these functions. One module per ker
 family; everything is importable from ``vkcore.reference``.
 """
 
+from vkcore.reference.attention import attention, kv_dequantize, kv_quantize
 from vkcore.reference.matvec import (
     ACT_INV,
     ACT_TINY,
@@ -40,11 +41,14 @@ from vkcore.reference.topk import (
 __all__ = [
     "ACT_INV",
     "ACT_TINY",
+    "attention",
     "dequantize",
     "flush_subnormals",
     "gumbel",
     "group_rowsums",
     "integer_range",
+    "kv_dequantize",
+    "kv_quantize",
     "log_softmax",
     "matvec",
     "matvec_accumulators",

@@ -16,6 +16,7 @@ import numpy as np
 import vkcore
 from vkcore.device.device import Device
 from vkcore.tools.bench import (
+    attention_cases,
     format_cases,
     lm_head_cases,
     program_cases,
@@ -123,6 +124,7 @@ def run_bench(
         ("softmax vs numpy 4096x4096", lambda: softmax_vs_numpy(dev, (4096, 4096), reps, rng))
     )
     steps.append(("softmax + top-k 64x32000", lambda: topk_cases.softmax_topk_rows(dev, reps, rng)))
+    steps.append(("attention", lambda: attention_cases.attention_rows(dev, reps, rng, quick=quick)))
     steps.append(("tiny softmax overhead", lambda: tiny_overhead(dev, 50 if quick else 200, rng)))
     steps.append(("sequences", lambda: sequence_cases.sequence_rows(dev, reps * 3, rng)))
     steps.append(

@@ -22,6 +22,12 @@ TARGETS: dict[str, tuple[str, float, str]] = {
         1.5,
         "softmax_topk vs vkcore softmax then topk, 64x32000, k=40, resident",
     ),
+    "attention_decode_vs_numpy": (
+        ">=",
+        4.0,
+        "attention decode, 32 q / 8 kv heads, D 128, 4096 float16 positions, vs numpy",
+    ),
+    "attention_prefill_vs_numpy": (">=", 2.0, "attention causal prefill, 8x1024x64, vs numpy"),
     "sequence_vs_separate": (">=", 4.0, "16 tiny softmax calls: separate vs one sequence"),
     "lm_head_step": (">=", 1.5, "LM-head step: numpy float32 vs INT8 matvec + sample, sequenced"),
     "tiny_overhead": ("<=", 2.0, "tiny softmax end to end vs prerecorded-submit floor"),

@@ -1,0 +1,158 @@
+"""How an attention call is cut into workgroups: pure functions of the device's
+properties (tests call them with the recorded GPUs of tests/support/devices/).
+
+A workgroup takes ``tile`` query rows of one KV head and one split of the keys
+(shaders/attention.comp); splits are merged by shaders/attention_merge.comp.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vkcore.device.info import DeviceInfo
+
+GPU_WORKGROUP = 64
+MAX_TILE = 8  # query rows per workgroup
+MAX_ACC_SLOTS = 64  # tile * dimensions per invocation: the accumulators one invocation keeps
+MAX_QUERY_SLOTS = 256  # tile * query elements per invocation, kept in registers
+MAX_KEY_LANES = 8
+CPU_BLOCK_KEYS = 8  # a CPU device pays per block (barriers, the block's scans): larger blocks
+MIN_SPLIT_BLOCKS = 4  # a split covers at least this many blocks of keys
+MAX_SPLITS = 256
+# llvmpipe ends a loop of an invocation after 65,535 iterations counted over the whole
+# invocation (an inner loop's count adds up over the outer one's iterations; measured:
+# splits of 8192 keys went wrong, 4096 did not): the keys of one pass times the loop
+# steps one key may cost (loop_steps_per_key) stay below; a longer split takes passes.
+MAX_LOOP_STEPS = 65_535
+SHARED_SLOT_BYTES = 4
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The workgroup size, the query rows per tile and the key splits of one call."""
+
+    workgroup: int
+    tile: int
+    dims_per_invocation: int
+    key_lanes: int  # invocations sharing one key's dot products (divides workgroup)
+    block_keys: int  # keys per invocation in a block (a block is workgroup * block_keys)
+    tiles: int  # per KV head
+    splits: int
+    chunk: int  # keys per split, a whole number of blocks
+    max_chunk: int  # keys of one pass over a split (llvmpipe's loop limit)
+
+    @property
+    def merged(self) -> bool:
+        return self.splits > 1
+
+    @property
+    def passes(self) -> int:
+        """Dispatches over each split's keys, one after the other, each resuming the
+        states the previous one left."""
+        return -(-self.chunk // self.max_chunk)
+
+
+def workgroup_size(info: DeviceInfo) -> int:
+    """One subgroup on a CPU device (no barrier cost between its coroutines), else 64
+    within the device's limits."""
+    limit = min(info.max_compute_work_group_size[0], info.max_compute_work_group_invocations)
+    size = max(1, info.subgroup_size or 8) if info.is_cpu else GPU_WORKGROUP
+    return max(1, min(size, limit))
+
+
+def key_lanes(workgroup: int) -> int:
+    """Invocations that share one key's dot products: the largest power of two up to
+    MAX_KEY_LANES that divides the workgroup."""
+    lanes = 1
+    while lanes * 2 <= MAX_KEY_LANES and workgroup % (lanes * 2) == 0:
+        lanes *= 2
+    return lanes
+
+
+def block_keys(info: DeviceInfo) -> int:
+    """Keys per invocation in a block: CPU_BLOCK_KEYS on a CPU device, else 1."""
+    return CPU_BLOCK_KEYS if info.is_cpu else 1
+
+
+def shared_bytes(tile: int, block: int, lanes: int) -> int:
+    """One block's scores and partial dot products (shaders/attention.comp), for a
+    block of ``block`` keys."""
+    return tile * block * (1 + lanes) * SHARED_SLOT_BYTES
+
+
+def tile_rows(
+    info: DeviceInfo, workgroup: int, rows: int, d_elems: int, dv: int, block: int
+) -> int:
+    """Query rows per workgroup: a power of two up to MAX_TILE, no more than the rows of a
+    KV head need, within the accumulators and query elements an invocation keeps and the
+    shared memory; ``d_elems`` is the head dimension padded to whole k words."""
+    shared = info.max_compute_shared_memory_size or 16384
+    lanes = key_lanes(workgroup)
+    dims = -(-max(dv, 1) // workgroup)
+    q_per = -(-d_elems // lanes)
+    tile = 1
+    while (
+        tile < MAX_TILE
+        and tile < rows
+        and 2 * tile * dims <= MAX_ACC_SLOTS
+        and 2 * tile * q_per <= MAX_QUERY_SLOTS
+        and shared_bytes(2 * tile, block, lanes) <= shared
+    ):
+        tile *= 2
+    if shared_bytes(tile, block, lanes) > shared:
+        raise ValueError(
+            f"a workgroup of {workgroup} needs more shared memory than this device's "
+            f"maxComputeSharedMemorySize ({shared} bytes)"
+        )
+    return tile
+
+
+def loop_steps_per_key(tile: int, lanes: int, dims: int, q_elems: int, block_keys: int) -> int:
+    """An upper bound of the iterations one key adds to any loop of an invocation
+    (shaders/attention.comp: the tile's rows times the longest inner loop, plus the
+    block's own loop)."""
+    return tile * max(lanes, dims, -(-q_elems // lanes), 1) + block_keys
+
+
+def split_count(info: DeviceInfo, workers: int, groups: int, keys: int, block: int) -> int:
+    """Splits of the keys for ``groups`` workgroups of query tiles: enough workgroups for
+    ``workers`` (four each), each split at least MIN_SPLIT_BLOCKS blocks, no more than
+    MAX_SPLITS nor the grid's x limit."""
+    blocks = max(1, -(-keys // block))
+    want = 1 if groups >= 4 * workers else -(-4 * workers // max(1, groups))
+    splits = max(1, min(want, -(-blocks // MIN_SPLIT_BLOCKS), MAX_SPLITS))
+    return min(splits, int(info.max_compute_work_group_count[0]))
+
+
+def grid(
+    info: DeviceInfo, workers: int, heads: int, rows: int, keys: int, d_elems: int, dv: int
+) -> Grid:
+    """The grid of a call: ``heads`` (batch times KV heads) of ``rows`` query rows each
+    over ``keys`` keys; ``d_elems`` is the head dimension padded to whole k words."""
+    wg = workgroup_size(info)
+    lanes = key_lanes(wg)
+    dims = -(-max(dv, 1) // wg)
+    shared = info.max_compute_shared_memory_size or 16384
+    kb = block_keys(info)
+    while kb > 1 and shared_bytes(1, wg * kb, lanes) > shared:
+        kb //= 2
+    tile = tile_rows(info, wg, rows, d_elems, dv, wg * kb)
+    steps = loop_steps_per_key(tile, lanes, dims, d_elems, kb)
+    while kb > 1 and wg * kb * steps > MAX_LOOP_STEPS:
+        kb //= 2
+        steps = loop_steps_per_key(tile, lanes, dims, d_elems, kb)
+    block = wg * kb
+    tiles = -(-rows // tile)
+    max_blocks = max(1, MAX_LOOP_STEPS // (block * steps))
+    blocks = max(1, -(-keys // block))
+    splits = split_count(info, workers, heads * tiles, keys, block)
+    chunk = -(-blocks // splits) * block
+    splits = max(1, -(-keys // chunk))
+    counts = info.max_compute_work_group_count
+    if tiles > counts[1] or heads > counts[2] or splits > counts[0]:
+        raise ValueError(
+            f"{heads} heads of {rows} query rows need more workgroups than this device "
+            f"allows ({tiles} tiles of {tile} rows, at most {counts[1]} by {counts[2]}); "
+            "split the call"
+        )
+    return Grid(wg, tile, dims, lanes, kb, tiles, splits, chunk, max_blocks * block)
