@@ -243,9 +243,13 @@ def tour_topk(device: vkcore.Device, rng: np.random.Generator) -> list[str]:
     within 1e-6."""
     if not hasattr(vkcore, "topk"):
         return []
+    from vkcore.kernels.sampling import topk_steps
+
     done = []
+    beyond_select = topk_steps.select_k_max(device) + 1  # the sort, whatever the device
     # row lengths a multiple of 4 (vec4 loads) and not
-    for rows, n, k in ((16, 300, 5), (16, 301, 5), (1, 40_000, 7), (1, 40_001, 7), (3, 200, 150)):
+    cases = [(16, 300, 5), (16, 301, 5), (1, 40_000, 7), (1, 40_001, 7), (3, 200, 150)]
+    for rows, n, k in [*cases, (2, beyond_select + 187, beyond_select)]:
         x = (rng.standard_normal((rows, n)) * 3).astype(np.float32)
         x[0, :4] = -np.inf
         values, indices = vkcore.topk(x, k, device=device)
