@@ -21,8 +21,15 @@ from vkcore.kernels import variants
 
 OP_CAPABILITY, OP_EXECUTION_MODE = 17, 16
 CAP_ROUNDING_MODE_RTE, MODE_ROUNDING_MODE_RTE = 4467, 4462
-# Shaders whose results the documentation promises bit for bit (matvec: integer modes).
-EXACT = {"quantize.comp", "quantize_rows.comp", "quantize_act.comp", "dequantize.comp"}
+# Shaders whose results the documentation promises bit for bit (matvec: integer modes;
+# kv_append: the int8 cache's codes and scales, the float16 cache's halves).
+EXACT = {
+    "quantize.comp",
+    "quantize_rows.comp",
+    "quantize_act.comp",
+    "dequantize.comp",
+    "kv_append.comp",
+}
 
 
 def requests_rte(code: bytes) -> bool:
