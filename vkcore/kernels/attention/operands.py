@@ -75,9 +75,16 @@ def scale_of(scale: Any, d: int) -> float:
         scale, (int, float, np.integer, np.floating)
     ):
         raise TypeError(f"scale must be a real number or None, got {type(scale).__name__}")
-    if not math.isfinite(float(scale)):
-        raise ValueError(f"scale must be finite, got {shown(scale)}")
-    return float(scale)
+    # Finite once rounded to float32 (the kernel's value): 1e39 or 10**400 would be inf.
+    try:
+        value = float(scale)
+    except OverflowError:
+        value = math.inf
+    with np.errstate(over="ignore"):
+        rounded = np.float32(value)
+    if not math.isfinite(rounded):
+        raise ValueError(f"scale must be finite in float32, got {shown(scale)}")
+    return float(rounded)
 
 
 def check_causal(causal: Any) -> bool:
