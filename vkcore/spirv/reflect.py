@@ -27,7 +27,7 @@ _OP_TYPE_BOOL, _OP_TYPE_INT, _OP_TYPE_FLOAT, _OP_TYPE_VECTOR = 20, 21, 22, 23
 _OP_TYPE_MATRIX, _OP_TYPE_IMAGE, _OP_TYPE_SAMPLED_IMAGE, _OP_EXECUTION_MODE_ID = 24, 25, 27, 331
 _OP_TYPE_ARRAY, _OP_TYPE_RUNTIME_ARRAY, _OP_TYPE_STRUCT, _OP_TYPE_POINTER = 28, 29, 30, 32
 _OP_CONSTANT, _OP_SPEC_TRUE, _OP_SPEC_FALSE, _OP_SPEC, _OP_SPEC_COMPOSITE = 43, 48, 49, 50, 51
-_OP_SPEC_OP, _OP_COMPOSITE_EXTRACT = 52, 81
+_OP_SPEC_OP, _OP_COMPOSITE_EXTRACT, _OP_CAPABILITY = 52, 81, 17
 _OP_CONSTANT_COMPOSITE, _OP_VARIABLE, _OP_DECORATE, _OP_MEMBER_DECORATE = 44, 59, 71, 72
 _TYPE_OPS = frozenset(range(_OP_TYPE_BOOL, _OP_TYPE_POINTER + 1))  # OpTypeBool .. Pointer
 _CONSTANT_OPS = frozenset((_OP_CONSTANT, _OP_CONSTANT_COMPOSITE, _OP_SPEC_TRUE, _OP_SPEC_FALSE))
@@ -126,6 +126,8 @@ class Interface:
     # specialization constants (:data:`Size`) where an array length depends on them;
     # None where a length is made by an operation this reader does not evaluate.
     shared_bytes: Size = 0
+    # The OpCapability operands, in module order (some need a device feature).
+    capabilities: tuple[int, ...] = ()
 
 
 @dataclass
@@ -140,6 +142,7 @@ class _Module:
     local_size: tuple[int, int, int] | None = None
     local_size_ids: tuple[int, int, int] | None = None
     entry_point: str = ""
+    capabilities: list[int] = field(default_factory=list)
     used: set[int] = field(default_factory=set)  # ids the functions' instructions name
 
 
@@ -171,7 +174,9 @@ def _parse(code: bytes) -> _Module:
 
 
 def _record(mod: _Module, op: int, args: list[int]) -> None:  # noqa: C901 - one opcode table
-    if op == _OP_NAME:
+    if op == _OP_CAPABILITY and args:
+        mod.capabilities.append(args[0])
+    elif op == _OP_NAME:
         mod.names[args[0]] = _string(args[1:])
     elif op == _OP_MEMBER_NAME:
         mod.member_names[(args[0], args[1])] = _string(args[2:])
@@ -212,6 +217,7 @@ def reflect(code: bytes) -> Interface:
         local_size_ids=ids,
         entry_point=mod.entry_point,
         shared_bytes=shared,
+        capabilities=tuple(mod.capabilities),
     )
 
 
