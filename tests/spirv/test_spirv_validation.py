@@ -276,3 +276,16 @@ def test_modules_the_pipeline_cannot_run_are_refused(validator, blob, words, tmp
     )
     assert out.returncode == 0, f"exit status {out.returncode}\n{out.stderr[-2000:]}"
     assert out.stdout.startswith("refused") and words in out.stdout, out.stdout
+
+
+@pytest.mark.parametrize(
+    "make", [memoryview, lambda b: np.frombuffer(b, np.uint32), lambda b: b.hex(), list]
+)
+def test_spirv_of_another_type_is_refused_naming_what_it_takes(make, device):
+    """bytes and bytearray are taken alike; any other holder of the words is a TypeError
+    that says what to pass (never a validator's or the driver's error)."""
+    code = entry_module([("main", 1)])
+    for blob in (code, bytearray(code)):
+        assert vkcore.Program(spirv=blob, device=device).workgroup == (1, 1, 1)
+    with pytest.raises(TypeError, match=r"spirv must be bytes or a bytearray .*tobytes"):
+        vkcore.Program(spirv=make(code), device=device)
