@@ -3,6 +3,9 @@ a sequence), ``out=``, empty inputs, and errors that name the argument."""
 
 from __future__ import annotations
 
+import decimal
+import fractions
+
 import numpy as np
 import pytest
 from binding_limits import assert_within
@@ -166,3 +169,16 @@ def test_cache_refuses_another_device(device, rng):
             vkcore.attention(rand(rng, 1, 1, 4), cache, device=other)
     finally:
         other.close()
+
+
+def test_scale_takes_every_real_number(device, rng):
+    """Any real number (a Fraction, numpy scalars of every width) is a scale, rounded to
+    float32 as the reference rounds it; a Decimal or a bool is not a real number here."""
+    q, k, v = rand(rng, 1, 2, 3, 4), rand(rng, 1, 1, 5, 4), rand(rng, 1, 1, 5, 4)
+    for scale in (fractions.Fraction(1, 3), np.float16(0.5), np.int8(-2), np.float32(0.25)):
+        got = vkcore.attention(q, k, v, scale=scale, device=device)
+        ref = reference.attention(q, k, v, scale=float(scale))
+        assert np.abs(got - ref).max() <= 1e-5 * np.abs(v).max(), scale
+    for scale in (decimal.Decimal("0.5"), True, np.True_):
+        with pytest.raises(TypeError, match="scale must be a real number"):
+            vkcore.attention(q, k, v, scale=scale, device=device)
