@@ -144,6 +144,10 @@ def test_tensor_out_aliasing_an_input_refused(device, rng, which):
     cache.append(k[0], v[0])
     with pytest.raises(ValueError, match="out must not be q, k or v"):
         vkcore.attention(tq, cache, out=tq)
+    # Empty Tensors hold no buffer: an empty out is no input's.
+    empty = vkcore.asarray(np.zeros((1, 1, 0, 8), np.float32), device=device)
+    none = vkcore.Tensor.empty((1, 1, 0, 8), np.float32, device)
+    assert vkcore.attention(empty, tk, tv, out=none) is none
 
 
 @pytest.mark.parametrize("which", ["q", "k", "v"])

@@ -185,9 +185,8 @@ def _run(
     loans: storage.Loans,
 ) -> Any:
     result = _output(dev, s, out, as_tensor)
-    if isinstance(result, Tensor) and any(
-        result.buffer is b for b in (kv.k, kv.v, qa.buffer if isinstance(qa, Tensor) else None)
-    ):
+    inputs = (kv.k, kv.v, qa.buffer if isinstance(qa, Tensor) else None)
+    if isinstance(result, Tensor) and result.buffer is not None and result.buffer in inputs:
         # Workgroups read q, k and v while others already write their rows of out.
         raise ValueError("out must not be q, k or v (the kernel reads them while writing out)")
     if s.batch * s.hq * s.lq * s.dv == 0:
