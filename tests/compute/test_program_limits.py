@@ -365,3 +365,105 @@ def test_past_a_limit_is_an_error_not_a_crash(scenario, limit, validation, devic
     text = out.stdout + out.stderr[-3000:]
     assert out.returncode == 0, f"exit status {out.returncode} (negative: a signal)\n{text}"
     assert out.stdout.startswith("REFUSED ") and limit in out.stdout, text
+
+
+# --------------------------------------------------------------------------- capabilities
+@pytest.mark.parametrize("cap", sorted(limits.CAPABILITY_FEATURES))
+def test_capabilities_need_their_feature(cap, info):
+    """An OpCapability needing a feature is refused, naming both, exactly where the
+    device lacks it (or vkcore never enables it), on every recorded GPU."""
+    name, field, feature = limits.CAPABILITY_FEATURES[cap]
+    found = limits.capability_problems((cap, cap), info)
+    if field is not None and getattr(info, field):
+        assert found == []
+        lacks = dataclasses.replace(info, **{field: False})
+        found = limits.capability_problems((cap,), lacks)
+    assert len(found) == 1 and f"OpCapability {name} " in found[0] and feature in found[0]
+
+
+@pytest.mark.parametrize("bit", range(len(limits.SUBGROUP_CAPABILITIES)))
+def test_subgroup_capabilities_need_their_operations(bit, info):
+    cap = limits.FIRST_SUBGROUP_CAPABILITY + bit
+    offered = info.subgroup_supported_operations & (1 << bit) and (
+        info.subgroup_supported_stages & limits.STAGE_COMPUTE
+    )
+    found = limits.capability_problems((cap,), info)
+    assert (found == []) == bool(offered), found
+    lacks = dataclasses.replace(info, subgroup_supported_operations=~(1 << bit) & 0xFF)
+    found = limits.capability_problems((cap,), lacks)
+    assert len(found) == 1 and limits.SUBGROUP_CAPABILITIES[bit] in found[0]
+
+
+FEATURE_SHADERS = {  # GLSL whose module declares a capability needing a feature
+    "double": ("", "double d = double(x[0]); x[0] = float(d * d);"),
+    "int64_t": ("GL_ARB_gpu_shader_int64", "int64_t d = int64_t(x[0]); x[0] = float(d * d);"),
+    "int16_t": (
+        "GL_EXT_shader_explicit_arithmetic_types",
+        "int16_t d = int16_t(x[0]); x[0] = float(d * d);",
+    ),
+    "float16_t": (
+        "GL_EXT_shader_explicit_arithmetic_types",
+        "float16_t d = float16_t(x[0]); x[0] = float(d * d);",
+    ),
+    "int8_t": (
+        "GL_EXT_shader_explicit_arithmetic_types",
+        "int8_t d = int8_t(x[0]); x[0] = float(d * d);",
+    ),
+    "16-bit storage": ("GL_EXT_shader_16bit_storage", "x[0] = float(h16[0]);"),
+    "8-bit storage": ("GL_EXT_shader_8bit_storage", "x[0] = float(int(h8[0]));"),
+    "int64 atomics": (
+        "GL_EXT_shader_atomic_int64",
+        "atomicAdd(h64[0], 1ul); x[0] = 1.0;",
+    ),
+}
+
+
+def feature_source(extension: str, body: str) -> str:
+    lines = ["#version 450"]
+    if extension:
+        lines.append(f"#extension {extension} : require")
+    if "h64" in body:
+        lines.append("#extension GL_ARB_gpu_shader_int64 : require")
+    lines.append("layout(local_size_x = 1) in;")
+    lines.append("layout(std430, binding = 0) buffer X { float x[]; };")
+    if "h16" in body:
+        lines.append("layout(std430, binding = 1) buffer H { float16_t h16[]; };")
+    if "h8" in body:
+        lines.append("layout(std430, binding = 1) buffer H { int8_t h8[]; };")
+    if "h64" in body:
+        lines.append("layout(std430, binding = 1) buffer H { uint64_t h64[]; };")
+    return "\n".join([*lines, f"void main() {{ {body} }}", ""])
+
+
+@pytest.mark.parametrize("shader", sorted(FEATURE_SHADERS))
+def test_shaders_needing_a_feature_never_reach_a_driver_without_it(shader, device, monkeypatch):
+    """Each module is refused before the pipeline where a feature it needs is missing
+    (GLSL and spirv= alike), and otherwise runs on this validated device (a validation
+    error would fail the test): no capability reaches the driver unenabled."""
+    src = feature_source(*FEATURE_SHADERS[shader])
+    code = spirv.compile_source(src).code
+    caps = reflect.reflect(code).capabilities
+    needed = [c for c in caps if c in limits.CAPABILITY_FEATURES]
+    assert needed, caps
+    fields = {limits.CAPABILITY_FEATURES[c][1] for c in needed}
+    if None in fields or not all(getattr(device.info, f) for f in fields):
+        with pytest.raises(ValueError, match="OpCapability"):
+            vkcore.Program(spirv=code, device=device)
+    else:
+        prog = vkcore.Program(src, device=device)
+        x = np.array([3.0, 0, 0, 0], np.float32)
+        prog(x, *([np.zeros(16, np.int8)] if len(prog.bindings) == 2 else []), groups=1)
+        assert x[0] == (0.0 if len(prog.bindings) == 2 else 9.0)
+    asked = []
+    monkeypatch.setattr(
+        type(device), "program_pipeline", lambda self, *a, **k: asked.append(a) or 1 / 0
+    )
+    lacking = {f: False for f in fields if f is not None}
+    monkeypatch.setattr(device, "info", dataclasses.replace(device.info, **lacking))
+    for made in (
+        lambda: vkcore.Program(src, device=device),
+        lambda: vkcore.Program(spirv=code, device=device),
+    ):
+        with pytest.raises(ValueError, match="OpCapability"):
+            made()
+    assert asked == []

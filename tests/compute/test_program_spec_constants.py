@@ -12,6 +12,7 @@ import pytest
 
 import vkcore
 from vkcore.compute import push_block
+from vkcore.errors import shown
 from vkcore.spirv import reflect
 
 WIDE = """#version 450
@@ -154,3 +155,28 @@ def test_narrow_values_out_of_range_are_refused(device, name, value, match):
 def test_each_constant_is_packed_at_its_width(kind, bits, value, packed):
     const = reflect.SpecConstant(0, "K", kind, 0, bits)
     assert push_block.spec_bytes(const, value) == packed
+
+
+@pytest.mark.parametrize("bits", [16, 32, 64])
+def test_float_limits_in_messages_are_exact(bits):
+    """At each float width the largest finite value is taken and the next float64 past it
+    refused, with the limit written to every digit (3.4028235e38, just past float32's
+    largest, was refused by a message giving 3.4028235e+38 as the limit)."""
+    const = reflect.SpecConstant(0, "K", "float", 0, bits)
+    top = float(np.finfo({16: np.float16, 32: np.float32, 64: np.float64}[bits]).max)
+    assert push_block.spec_value(const, top) == top
+    assert push_block.spec_value(const, -top) == -top
+    past = np.nextafter(top, np.inf) if bits < 64 else 2**1024
+    with pytest.raises(ValueError, match="must be within") as info:
+        push_block.spec_value(const, past)
+    limit = str(info.value).split("+-")[1].split(",")[0]
+    assert float(limit) == top and limit != shown(past)
+
+
+def test_push_float_limit_in_the_message_is_exact():
+    member = reflect.PushMember("k", 0, "float", 0)
+    top = float(np.finfo(np.float32).max)
+    assert push_block.member_value(member, top) == top
+    with pytest.raises(ValueError, match="must be within") as info:
+        push_block.member_value(member, 3.4028235e38)
+    assert float(str(info.value).split("+-")[1].split(",")[0]) == top

@@ -92,6 +92,8 @@ def _entry(code: bytes) -> dict:
         ("spec", [[0, "N", "uint", 1.5]]),
         ("spec", [[0, "B", "bool", 1]]),
         ("bindings", {"0": 1}),
+        ("capabilities", [-1]),
+        ("capabilities", 10),
     ],
 )
 def test_every_bad_field_of_an_entry_is_refused(tmp_path, caplog, field, value):

@@ -9,6 +9,7 @@ crashed lavapipe), with each validator and with and without the validation layer
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -162,3 +163,129 @@ def test_a_newer_spirv_than_the_device_takes_is_refused(device, monkeypatch):
     code[4:8] = (0x00010600).to_bytes(4, "little")  # SPIR-V 1.6
     with pytest.raises(vkcore.InvalidSpirvError, match="1.0 to 1.3"):
         validate.check(bytes(code), 1 << 22 | 1 << 12)  # a Vulkan 1.1 device
+
+
+# --------------------------------------------------------------------------- entry points
+def _words(text: str) -> list[int]:
+    raw = text.encode() + b"\0"
+    raw += b"\0" * (-len(raw) % 4)
+    return list(struct.unpack(f"<{len(raw) // 4}I", raw))
+
+
+def entry_module(entries: list[tuple[str, int]], *, model: int = 5) -> bytes:
+    """SPIR-V 1.3 with one function per ``(name, local size x)`` entry point (execution
+    ``model``, 5: GLCompute); "main" writes 1.0 to x[gl_GlobalInvocationID.x], the others
+    return."""
+    void, fn, flt, uint, v3, pv3, gid, arr, blk, pblk, buf, pf, c0, one, load, x, ptr = range(
+        100, 117
+    )
+    ins = [(17, [1]), (14, [0, 1])]  # Shader; Logical GLSL450
+    funcs = [1 + 10 * i for i in range(len(entries))]
+    for (name, _), f in zip(entries, funcs, strict=True):
+        ins.append((15, [model, f, *_words(name), gid]))
+    for (_, size), f in zip(entries, funcs, strict=True):
+        ins.append((16, [f, 17, size, 1, 1]))  # LocalSize
+    ins += [
+        (71, [gid, 11, 28]),  # BuiltIn GlobalInvocationId
+        (71, [arr, 6, 4]),  # ArrayStride 4
+        (72, [blk, 0, 35, 0]),  # Offset 0
+        (71, [blk, 2]),  # Block
+        (71, [buf, 34, 0]),
+        (71, [buf, 33, 0]),
+        (19, [void]),
+        (33, [fn, void]),
+        (22, [flt, 32]),
+        (21, [uint, 32, 0]),
+        (23, [v3, uint, 3]),
+        (32, [pv3, 1, v3]),
+        (59, [pv3, gid, 1]),
+        (29, [arr, flt]),
+        (30, [blk, arr]),
+        (32, [pblk, 12, blk]),
+        (59, [pblk, buf, 12]),
+        (32, [pf, 12, flt]),
+        (43, [uint, c0, 0]),
+        (43, [flt, one, 0x3F800000]),
+    ]
+    for i, f in enumerate(funcs):
+        ins += [(54, [void, f, 0, fn]), (248, [f + 1])]
+        if entries[i][0] == "main":
+            ins += [
+                (61, [v3, load, gid]),
+                (81, [uint, x, load, 0]),
+                (65, [pf, ptr, buf, c0, x]),
+                (62, [ptr, one]),
+            ]
+        ins += [(253, []), (56, [])]
+    words = [0x07230203, 0x00010300, 0, 200, 0]
+    for op, operands in ins:
+        words += [(len(operands) + 1) << 16 | op, *operands]
+    return struct.pack(f"<{len(words)}I", *words)
+
+
+@pytest.mark.parametrize("validator", VALIDATORS)
+@pytest.mark.parametrize(
+    "entries",
+    [[("main", 1), ("other", 64)], [("other", 64), ("main", 1)], [("main", 1)]],
+    ids=["main first", "main second", "main alone"],
+)
+def test_several_entry_points_reflect_main(validator, entries, device, monkeypatch):
+    """The pipeline runs "main": its local size is the Program's, whichever entry point
+    comes first and whatever the others declare."""
+    monkeypatch.setenv(validate.SPIRV_VAL_ENV, "1" if validator == "spirv-val" else "0")
+    prog = vkcore.Program(spirv=entry_module(entries), device=device)
+    assert prog.workgroup == (1, 1, 1) and prog.interface.entry_point == "main"
+    x = np.zeros(8, np.float32)
+    prog(x, groups=3)
+    np.testing.assert_array_equal(x, [1, 1, 1, 0, 0, 0, 0, 0])
+
+
+@pytest.mark.parametrize("validator", VALIDATORS)
+@pytest.mark.parametrize(
+    ("blob", "words"),
+    [
+        (entry_module([("other", 1)]), 'GLCompute named "main"'),
+        (entry_module([("mainx", 1), ("other", 2)]), 'GLCompute named "main"'),
+        (entry_module([("main", 1)]) + b"\0", "not whole 32-bit words"),
+        (entry_module([("main", 1)]) + b"\0\0\0", "not whole 32-bit words"),
+    ],
+    ids=["no main", "none named main", "one byte more", "three bytes more"],
+)
+def test_modules_the_pipeline_cannot_run_are_refused(validator, blob, words, tmp_path):
+    """Without a GLCompute "main" (the name every pipeline runs; lavapipe crashed making
+    the pipeline of one) or with a partial last word (a struct.error), a module is an
+    InvalidSpirvError with either validator. In a child process: a regression crashes."""
+    module = tmp_path / "module.spv"
+    module.write_bytes(blob)
+    child = (
+        "import sys, vkcore\n"
+        "try:\n"
+        "    vkcore.Program(spirv=open(sys.argv[1], 'rb').read())\n"
+        "except vkcore.InvalidSpirvError as exc:\n"
+        "    print('refused', str(exc).replace(chr(10), ' '))\n"
+    )
+    root = str(Path(vkcore.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=python_path_with(root))
+    env[validate.SPIRV_VAL_ENV] = "1" if validator == "spirv-val" else "0"
+    out = subprocess.run(
+        [sys.executable, "-c", child, str(module)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert out.returncode == 0, f"exit status {out.returncode}\n{out.stderr[-2000:]}"
+    assert out.stdout.startswith("refused") and words in out.stdout, out.stdout
+
+
+@pytest.mark.parametrize(
+    "make", [memoryview, lambda b: np.frombuffer(b, np.uint32), lambda b: b.hex(), list]
+)
+def test_spirv_of_another_type_is_refused_naming_what_it_takes(make, device):
+    """bytes and bytearray are taken alike; any other holder of the words is a TypeError
+    that says what to pass (never a validator's or the driver's error)."""
+    code = entry_module([("main", 1)])
+    for blob in (code, bytearray(code)):
+        assert vkcore.Program(spirv=blob, device=device).workgroup == (1, 1, 1)
+    with pytest.raises(TypeError, match=r"spirv must be bytes or a bytearray .*tobytes"):
+        vkcore.Program(spirv=make(code), device=device)

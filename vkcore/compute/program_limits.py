@@ -52,6 +52,43 @@ TYPE_FEATURES = {
     ("uint", 8): ("shader_int8", "shaderInt8"),
 }
 
+# SPIR-V capabilities that need a device feature: their name, the DeviceInfo field that
+# says the feature is enabled (vkcore enables what the device offers), and its Vulkan
+# name; None where vkcore never enables the feature. Without it the driver gets a module
+# it may not take (a validation error, undefined behavior).
+CAPABILITY_FEATURES: dict[int, tuple[str, str | None, str]] = {
+    9: ("Float16", "shader_float16", "shaderFloat16"),
+    10: ("Float64", "shader_float64", "shaderFloat64"),
+    11: ("Int64", "shader_int64", "shaderInt64"),
+    12: ("Int64Atomics", None, "shaderBufferInt64Atomics"),
+    22: ("Int16", "shader_int16", "shaderInt16"),
+    39: ("Int8", "shader_int8", "shaderInt8"),
+    4433: ("StorageBuffer16BitAccess", None, "storageBuffer16BitAccess"),
+    4434: ("UniformAndStorageBuffer16BitAccess", None, "uniformAndStorageBuffer16BitAccess"),
+    4435: ("StoragePushConstant16", None, "storagePushConstant16"),
+    4448: ("StorageBuffer8BitAccess", "storage_buffer_8bit_access", "storageBuffer8BitAccess"),
+    4449: ("UniformAndStorageBuffer8BitAccess", None, "uniformAndStorageBuffer8BitAccess"),
+    4450: ("StoragePushConstant8", None, "storagePushConstant8"),
+    6016: ("DotProductInputAll", "integer_dot_product", "shaderIntegerDotProduct"),
+    6017: ("DotProductInput4x8Bit", "integer_dot_product", "shaderIntegerDotProduct"),
+    6018: ("DotProductInput4x8BitPacked", "integer_dot_product", "shaderIntegerDotProduct"),
+    6019: ("DotProduct", "integer_dot_product", "shaderIntegerDotProduct"),
+}
+# GroupNonUniform (61) .. GroupNonUniformQuad (68): bit i of VkSubgroupFeatureFlags, in
+# the compute stage.
+SUBGROUP_CAPABILITIES = (
+    "GroupNonUniform",
+    "GroupNonUniformVote",
+    "GroupNonUniformArithmetic",
+    "GroupNonUniformBallot",
+    "GroupNonUniformShuffle",
+    "GroupNonUniformShuffleRelative",
+    "GroupNonUniformClustered",
+    "GroupNonUniformQuad",
+)
+FIRST_SUBGROUP_CAPABILITY = 61
+STAGE_COMPUTE = 0x20
+
 
 def _over(what: str, value: int, limit_name: str, limit: int) -> str | None:
     if value <= limit:
@@ -128,6 +165,37 @@ def spec_type_problems(spec: Sequence[reflect.SpecConstant], info: DeviceInfo) -
     return out
 
 
+def capability_problems(capabilities: Sequence[int], info: DeviceInfo) -> list[str]:
+    """Each OpCapability whose device feature this device does not offer (or vkcore does
+    not enable)."""
+    out = []
+    for cap in dict.fromkeys(capabilities):
+        sub = cap - FIRST_SUBGROUP_CAPABILITY
+        if 0 <= sub < len(SUBGROUP_CAPABILITIES):
+            offered = bool(info.subgroup_supported_operations & (1 << sub)) and bool(
+                info.subgroup_supported_stages & STAGE_COMPUTE
+            )
+            if not offered:
+                out.append(
+                    f"OpCapability {SUBGROUP_CAPABILITIES[sub]} needs subgroup operations "
+                    "this device does not offer in compute shaders (its supportedOperations)"
+                )
+            continue
+        need = CAPABILITY_FEATURES.get(cap)
+        if need is None:
+            continue
+        name, field, feature = need
+        if field is None:
+            out.append(
+                f"OpCapability {name} needs the {feature} feature, which vkcore does not enable"
+            )
+        elif not getattr(info, field):
+            out.append(
+                f"OpCapability {name} needs the {feature} feature this device does not offer"
+            )
+    return out
+
+
 def workgroup_problems(workgroup: tuple[int, int, int], info: DeviceInfo) -> list[str]:
     out = []
     for dim, (size, limit) in enumerate(
@@ -180,6 +248,7 @@ def interface_problems(
         *descriptor_problems(interface.bindings, info),
         *uniform_block_problems(interface.bindings, info),
         *spec_type_problems(interface.spec, info),
+        *capability_problems(interface.capabilities, info),
         *workgroup_problems(workgroup, info),
         *shared_problems(shared_bytes(interface, spec), info),
     ]

@@ -35,7 +35,10 @@ def spirv_of(
         if defines or include_dirs:
             raise TypeError("defines and include_dirs apply to GLSL, not to spirv=")
         if not isinstance(blob, (bytes, bytearray)):
-            raise TypeError(f"spirv must be bytes, got {type(blob).__name__}")
+            raise TypeError(
+                f"spirv must be bytes or a bytearray (of a numpy array: its .tobytes()), "
+                f"got {type(blob).__name__}"
+            )
         validate.check(bytes(blob), api_version)  # (docs/programs.md#validation)
         key = hashlib.sha256(bytes(blob)).hexdigest()[:32]
         return spirv.Spirv(bytes(blob), "given", 0.0, key)

@@ -115,7 +115,7 @@ def member_value(m: reflect.PushMember, v: Any, what: str = "") -> int | float:
         too_big = abs(int(v)) > _FLOAT32_MAX if isinstance(v, (int, np.integer)) else False
         f = math.inf if too_big else float(v)
         if too_big or (math.isfinite(f) and abs(f) > _FLOAT32_MAX):
-            limit = f"{_FLOAT32_MAX:.8g}"
+            limit = repr(float(_FLOAT32_MAX))  # every digit: 3.4028235e38 is beyond it
             raise ValueError(f"{what} (float32) must be within +-{limit}, got {shown(v)}")
         return f
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
@@ -157,7 +157,7 @@ def spec_value(const: reflect.SpecConstant, value: Any) -> int | float | bool:
         )
         if beyond:
             raise ValueError(
-                f"{label} ({kind}{bits}) must be within +-{finite_max:.8g}, got {shown(value)}"
+                f"{label} ({kind}{bits}) must be within +-{float(finite_max)!r}, got {shown(value)}"
             )
         return number
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):

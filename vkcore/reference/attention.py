@@ -41,12 +41,13 @@ def attention(
     k64 = np.repeat(k64, group, axis=-3)
     v64 = np.repeat(v64, group, axis=-3)
     s = float(np.float32(1.0 / math.sqrt(d) if scale is None else scale))
+    # The device computes dot products and scores in float32: past its range, infinities.
     with np.errstate(invalid="ignore", over="ignore"):
-        scores = np.matmul(q64, np.swapaxes(k64, -1, -2)) * s
+        scores = float32_range(float32_range(np.matmul(q64, np.swapaxes(k64, -1, -2))) * s)
     add = additive_mask(mask, causal, lq, lk)
     # A masked key is masked whatever its score (a NaN key behind a mask changes nothing).
     with np.errstate(invalid="ignore"):
-        scores = np.where(np.isneginf(add), -np.inf, scores + add)
+        scores = np.where(np.isneginf(add), -np.inf, float32_range(scores + add))
     bad = np.isnan(scores).any(axis=-1, keepdims=True)
     bad |= np.isposinf(scores).any(axis=-1, keepdims=True)
     scores = np.where(bad, 0.0, scores)
@@ -61,6 +62,14 @@ def attention(
         weighted += _nonfinite_terms(e, v64)
         out = np.where(empty, 0.0, weighted / np.where(total == 0, 1.0, total))
     return np.where(bad, np.nan, out)
+
+
+def float32_range(x: np.ndarray) -> np.ndarray:
+    """``x`` (float64) with the finite values float32 rounds to an infinity made that
+    infinity (the rest keep every digit)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        beyond = np.isinf(x.astype(np.float32)) & np.isfinite(x)
+    return np.where(beyond, np.copysign(np.inf, x), x)
 
 
 def _nonfinite_terms(e: np.ndarray, v: np.ndarray) -> np.ndarray:

@@ -22,8 +22,8 @@ from vkcore.spirv.reflect_element import ELEMENTS
 
 log = logging.getLogger("vkcore")
 FILE_NAME = "interfaces.json"
-FORMAT = 4  # 2: bindings say whether the code uses them; 3: and their element type;
-# 4: specialization constants' bits, the shared-memory size
+FORMAT = 5  # 2: bindings say whether the code uses them; 3: and their element type;
+# 4: specialization constants' bits, the shared-memory size; 5: the capabilities
 _KINDS = frozenset(
     {
         reflect.STORAGE_BUFFER,
@@ -66,6 +66,7 @@ def to_json(iface: reflect.Interface) -> dict[str, Any]:
         "local_size_ids": list(iface.local_size_ids),
         "entry_point": iface.entry_point,
         "shared_bytes": iface.shared_bytes,
+        "capabilities": list(iface.capabilities),
     }
 
 
@@ -120,6 +121,7 @@ def from_json(entry: Any) -> reflect.Interface:
         local_size_ids=_ids(entry["local_size_ids"]),
         entry_point=_str(entry["entry_point"]),
         shared_bytes=_size(entry["shared_bytes"]),
+        capabilities=tuple(_uint(c) for c in _list(entry["capabilities"])),
     )
 
 

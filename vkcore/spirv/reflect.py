@@ -27,7 +27,7 @@ _OP_TYPE_BOOL, _OP_TYPE_INT, _OP_TYPE_FLOAT, _OP_TYPE_VECTOR = 20, 21, 22, 23
 _OP_TYPE_MATRIX, _OP_TYPE_IMAGE, _OP_TYPE_SAMPLED_IMAGE, _OP_EXECUTION_MODE_ID = 24, 25, 27, 331
 _OP_TYPE_ARRAY, _OP_TYPE_RUNTIME_ARRAY, _OP_TYPE_STRUCT, _OP_TYPE_POINTER = 28, 29, 30, 32
 _OP_CONSTANT, _OP_SPEC_TRUE, _OP_SPEC_FALSE, _OP_SPEC, _OP_SPEC_COMPOSITE = 43, 48, 49, 50, 51
-_OP_SPEC_OP, _OP_COMPOSITE_EXTRACT = 52, 81
+_OP_SPEC_OP, _OP_COMPOSITE_EXTRACT, _OP_CAPABILITY = 52, 81, 17
 _OP_CONSTANT_COMPOSITE, _OP_VARIABLE, _OP_DECORATE, _OP_MEMBER_DECORATE = 44, 59, 71, 72
 _TYPE_OPS = frozenset(range(_OP_TYPE_BOOL, _OP_TYPE_POINTER + 1))  # OpTypeBool .. Pointer
 _CONSTANT_OPS = frozenset((_OP_CONSTANT, _OP_CONSTANT_COMPOSITE, _OP_SPEC_TRUE, _OP_SPEC_FALSE))
@@ -126,6 +126,8 @@ class Interface:
     # specialization constants (:data:`Size`) where an array length depends on them;
     # None where a length is made by an operation this reader does not evaluate.
     shared_bytes: Size = 0
+    # The OpCapability operands, in module order (some need a device feature).
+    capabilities: tuple[int, ...] = ()
 
 
 @dataclass
@@ -137,9 +139,12 @@ class _Module:
     types: dict[int, tuple[int, list[int]]] = field(default_factory=dict)  # id -> (op, operands)
     constants: dict[int, tuple[int, int, list[int]]] = field(default_factory=dict)
     variables: list[tuple[int, int, int]] = field(default_factory=list)  # (type, id, class)
-    local_size: tuple[int, int, int] | None = None
-    local_size_ids: tuple[int, int, int] | None = None
-    entry_point: str = ""
+    # Per function: its LocalSize and LocalSizeId execution modes (a module may have
+    # several entry points; the pipeline runs "main").
+    local_sizes: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    local_size_id_sets: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    compute_entries: list[tuple[str, int]] = field(default_factory=list)  # (name, function)
+    capabilities: list[int] = field(default_factory=list)
     used: set[int] = field(default_factory=set)  # ids the functions' instructions name
 
 
@@ -171,7 +176,9 @@ def _parse(code: bytes) -> _Module:
 
 
 def _record(mod: _Module, op: int, args: list[int]) -> None:  # noqa: C901 - one opcode table
-    if op == _OP_NAME:
+    if op == _OP_CAPABILITY and args:
+        mod.capabilities.append(args[0])
+    elif op == _OP_NAME:
         mod.names[args[0]] = _string(args[1:])
     elif op == _OP_MEMBER_NAME:
         mod.member_names[(args[0], args[1])] = _string(args[2:])
@@ -179,13 +186,13 @@ def _record(mod: _Module, op: int, args: list[int]) -> None:  # noqa: C901 - one
         mod.decorations.setdefault(args[0], {})[args[1]] = args[2:]
     elif op == _OP_MEMBER_DECORATE:
         mod.member_decorations.setdefault((args[0], args[1]), {})[args[2]] = args[3:]
-    elif op == _OP_ENTRY_POINT and args[0] == 5 and not mod.entry_point:  # GLCompute
-        mod.entry_point = _string(args[2:])
+    elif op == _OP_ENTRY_POINT and len(args) >= 3 and args[0] == 5:  # GLCompute
+        mod.compute_entries.append((_string(args[2:]), args[1]))
     elif op in (_OP_EXECUTION_MODE, _OP_EXECUTION_MODE_ID) and len(args) >= 5:
         if args[1] == _LOCAL_SIZE:
-            mod.local_size = (args[2], args[3], args[4])
+            mod.local_sizes[args[0]] = (args[2], args[3], args[4])
         elif args[1] == _LOCAL_SIZE_ID:
-            mod.local_size_ids = (args[2], args[3], args[4])
+            mod.local_size_id_sets[args[0]] = (args[2], args[3], args[4])
     elif op in _TYPE_OPS:
         mod.types[args[0]] = (op, args[1:])
     elif op in _CONSTANT_OPS:
@@ -197,10 +204,14 @@ def _record(mod: _Module, op: int, args: list[int]) -> None:  # noqa: C901 - one
 def reflect(code: bytes) -> Interface:
     """The interface of a GLCompute SPIR-V module (``code``: its little-endian bytes)."""
     mod = _parse(code)
-    if not mod.entry_point:
+    if not mod.compute_entries:
         raise ReflectionError("the module has no GLCompute entry point")
+    # The pipeline runs "main" (validation requires it); its execution modes only.
+    entry, function = next(
+        (e for e in mod.compute_entries if e[0] == "main"), mod.compute_entries[0]
+    )
     spec = _spec_constants(mod)
-    size, ids = _local_size(mod)
+    size, ids = _local_size(mod, function)
     push, push_size = _push_constants(mod)
     shared = _shared_bytes(mod)
     return Interface(
@@ -210,8 +221,9 @@ def reflect(code: bytes) -> Interface:
         spec=spec,
         local_size=size,
         local_size_ids=ids,
-        entry_point=mod.entry_point,
+        entry_point=entry,
         shared_bytes=shared,
+        capabilities=tuple(mod.capabilities),
     )
 
 
@@ -413,16 +425,17 @@ def _literal(kind: str, bits: int, words: list[int]) -> int | float:
 LocalIds = tuple[int | None, int | None, int | None]
 
 
-def _local_size(mod: _Module) -> tuple[tuple[int, int, int], LocalIds]:
-    """The local size and, per dimension, the SpecId that sets it (or None)."""
+def _local_size(mod: _Module, function: int) -> tuple[tuple[int, int, int], LocalIds]:
+    """The local size of the entry point ``function`` and, per dimension, the SpecId that
+    sets it (or None)."""
     for const_id, (_op, _type, args) in mod.constants.items():
         if _decoration(mod, const_id, _BUILTIN) == _WORKGROUP_SIZE:
             return _dimensions(mod, args[:3])
-    if mod.local_size_ids is not None:
-        return _dimensions(mod, list(mod.local_size_ids))
-    if mod.local_size is None:
+    if function in mod.local_size_id_sets:
+        return _dimensions(mod, list(mod.local_size_id_sets[function]))
+    if function not in mod.local_sizes:
         raise ReflectionError("the entry point declares no local size")
-    return mod.local_size, (None, None, None)
+    return mod.local_sizes[function], (None, None, None)
 
 
 def _dimensions(mod: _Module, const_ids: list[int]) -> tuple[tuple[int, int, int], LocalIds]:

@@ -310,21 +310,28 @@ def check(code: bytes, max_minor: int = 6) -> None:
     _check_decorations(module)
     _check_blocks(module)
     _check_entry_points(module)
-    check_inputs_are_builtins(code)
+    check_compute_interface(code)
 
 
-def check_inputs_are_builtins(code: bytes) -> None:
-    """A compute shader's Input and Output variables are built-ins (decorated BuiltIn, or
-    a struct whose members are): Vulkan gives it no other, and spirv-val lets one through
-    that crashes lavapipe. For a module that is otherwise well formed (one walk of its
-    declarations)."""
+def check_compute_interface(code: bytes) -> None:
+    """What spirv-val passes and a driver still fails or crashes on: whole words; an
+    ``OpEntryPoint GLCompute "main"`` (the name every pipeline runs); Input and Output
+    variables that are built-ins (decorated BuiltIn, or a struct whose members are):
+    Vulkan gives a compute shader no other, and one crashed lavapipe. For a module that
+    is otherwise well formed (one walk of its declarations)."""
+    if len(code) % 4 or len(code) < 20:  # (spirv-val passes a module with a partial word)
+        raise StructureError(f"{len(code)} bytes: not whole 32-bit words, or no 5-word header")
     words = struct.unpack(f"<{len(code) // 4}I", code)
     builtin, members, io, types, at = set(), set(), [], {}, 5
+    main = False
     while at < len(words):
         count, op = words[at] >> 16, words[at] & 0xFFFF
         if op == _FUNCTION or count == 0:
             break
         operands = words[at + 1 : at + count]
+        if op == _ENTRY_POINT and len(operands) >= 3 and operands[0] == _GL_COMPUTE:
+            raw = struct.pack(f"<{len(operands) - 2}I", *operands[2:])
+            main = main or raw.partition(b"\0")[0] == b"main"
         if op == _DECORATE and len(operands) >= 2 and operands[1] == _BUILTIN:
             builtin.add(operands[0])
         elif op == _MEMBER_DECORATE and len(operands) >= 3 and operands[2] == _BUILTIN:
@@ -340,6 +347,8 @@ def check_inputs_are_builtins(code: bytes) -> None:
                 f"variable {variable} (word {where}) is a shader input or output that is "
                 "not a built-in: a compute shader has no others"
             )
+    if not main:  # (spirv-val passes any entry point; the pipeline runs "main")
+        raise StructureError('no OpEntryPoint GLCompute named "main"')
 
 
 def _header(code: bytes, max_minor: int) -> _Module:

@@ -242,3 +242,33 @@ def test_any_workgroup_size(device, rng, monkeypatch, size):
         got = vkcore.attention(q[0, :, :2], cache)
         assert_matches(got[None], q[:, :, :2], keys, values)
         cache.release()
+
+
+@pytest.mark.parametrize(
+    ("q_mag", "k_mag", "scale", "mask_add"),
+    [
+        (1.0, 1.0, 3e38, 0.0),  # the score overflows
+        (1e20, 1e20, 1e-30, 0.0),  # the dot product overflows, the exact score is ~1e10
+        (1.0, 1.0, 1e38, 3.4e38),  # the sum with the mask overflows
+        (-1.0, 1.0, 3e38, 0.0),  # scores below -float32 max: weight 0, like -inf
+    ],
+    ids=["score", "dot", "mask sum", "negative"],
+)
+def test_scores_beyond_float32_are_infinities(device, rng, q_mag, k_mag, scale, mask_add):
+    """Dot products, scores and their sums with the mask are float32 on the device: past
+    float32's range they are infinities, and the reference says so too (it agreed only
+    up to scores of about 1e38)."""
+    # Terms of one sign: the partial sums of a dot product stay below its total (with
+    # mixed signs a partial sum may pass the range while the total would not).
+    q = np.abs(rng.standard_normal((1, 2, 3, 8))).astype(np.float32) * np.float32(q_mag)
+    k = np.abs(rng.standard_normal((1, 1, 9, 8))).astype(np.float32) * np.float32(k_mag)
+    q[0, 1, 2] = np.float32(1e-30)  # a row whose scores stay in range
+    v = rng.standard_normal((1, 1, 9, 4)).astype(np.float32)
+    mask = np.zeros((3, 9), np.float32)
+    mask[:, 4] = mask_add
+    kw = {"scale": scale, "mask": mask}
+    ref = reference.attention(q, k, v, **kw)
+    if q_mag > 0:
+        assert np.isnan(ref[0, 0, 0]).all()
+    assert not np.isnan(ref[0, 1, 2]).any()
+    assert_matches(vkcore.attention(q, k, v, device=device, **kw), q, k, v, **kw)

@@ -230,3 +230,30 @@ def test_decode_step_in_one_sequence_replays(device, rng):
     assert len(cache) == 6
     second = check()
     assert not np.allclose(first, second)
+
+
+CACHE_USES = {
+    "append": lambda cache, x: cache.append(x, x),
+    "attention": lambda cache, x: vkcore.attention(x, cache),
+    "numpy": lambda cache, x: cache.numpy(),
+    "codes": lambda cache, x: cache.codes(),
+}
+
+
+@pytest.mark.parametrize("use", sorted(CACHE_USES))
+def test_every_use_of_a_released_or_closed_cache_is_refused(device, rng, use):
+    """After release() every use is a ReleasedError, after its device closed a
+    RuntimeError saying so (never a KeyError or a read of freed memory)."""
+    x = rand(rng, 1, 1, 4)
+    released = vkcore.KVCache(1, 4, capacity=4, dtype="int8", device=device)
+    released.append(x, x)
+    released.release()
+    with pytest.raises(RuntimeError, match="released"):
+        CACHE_USES[use](released, x)
+    other = vkcore.Device()
+    closed = vkcore.KVCache(1, 4, capacity=4, dtype="int8", device=other)
+    closed.append(x, x)
+    other.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        CACHE_USES[use](closed, x)
+    assert len(closed) == 1 and len(released) == 1

@@ -77,6 +77,7 @@ def attention(
     if isinstance(k, KVCache):
         if v is not None:
             raise TypeError("v must be omitted when k is a vkcore.KVCache (it holds the values)")
+        device_for(k.device, device, "cache")  # a device= other than the cache's is refused
         return _over_cache(q, k, scale, causal, mask, out)
     if v is None:
         raise TypeError("v is required when k is an array (or pass a vkcore.KVCache as k)")
@@ -100,7 +101,12 @@ def attention(
         parts = functools.partial(_partial_states, dev, sc)
         arrays = [a for a in (qa, ka, va) if isinstance(a, np.ndarray)]
         limit = storage.binding_limit(dev)
-        pieces.attend(parts, arrays[0], arrays[1], arrays[2], s, causal, terms, limit, result)
+        # Pieces write out while later ones still read q, k and v: never into an input.
+        apart = not any(np.may_share_memory(result, a) for a in arrays)
+        target = result if apart else c.result_array(dev, s.out_shape)
+        pieces.attend(parts, arrays[0], arrays[1], arrays[2], s, causal, terms, limit, target)
+        if target is not result:
+            np.copyto(result, target)
         return result
     with storage.Loans(dev) as loans:
         kv = KV(
@@ -179,6 +185,10 @@ def _run(
     loans: storage.Loans,
 ) -> Any:
     result = _output(dev, s, out, as_tensor)
+    inputs = (kv.k, kv.v, qa.buffer if isinstance(qa, Tensor) else None)
+    if isinstance(result, Tensor) and result.buffer is not None and result.buffer in inputs:
+        # Workgroups read q, k and v while others already write their rows of out.
+        raise ValueError("out must not be q, k or v (the kernel reads them while writing out)")
     if s.batch * s.hq * s.lq * s.dv == 0:
         return result
     if s.lk == 0:  # every key masked: zeros

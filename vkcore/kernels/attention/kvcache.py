@@ -237,6 +237,7 @@ class KVCache:
         if self.dtype != "int8":
             raise ValueError(f"codes() needs an int8 cache, this one is {self.dtype}")
         c.not_recorded(self.device, "KVCache.codes()", "it reads the cache back")
+        self.check_usable()
         n = len(self)
         out: list[np.ndarray] = []
         for name in ("k", "v"):

@@ -5,6 +5,7 @@ layout: shapes, the scale, and the mask as float32 additive terms with element s
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,13 +72,18 @@ def scale_of(scale: Any, d: int) -> float:
     """The score scale: ``1 / sqrt(D)`` by default, else a finite real number."""
     if scale is None:
         return 1.0 / math.sqrt(d)
-    if isinstance(scale, (bool, np.bool_)) or not isinstance(
-        scale, (int, float, np.integer, np.floating)
-    ):
+    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, numbers.Real):
         raise TypeError(f"scale must be a real number or None, got {type(scale).__name__}")
-    if not math.isfinite(float(scale)):
-        raise ValueError(f"scale must be finite, got {shown(scale)}")
-    return float(scale)
+    # Finite once rounded to float32 (the kernel's value): 1e39 or 10**400 would be inf.
+    try:
+        value = float(scale)
+    except OverflowError:
+        value = math.inf
+    with np.errstate(over="ignore"):
+        rounded = np.float32(value)
+    if not math.isfinite(rounded):
+        raise ValueError(f"scale must be finite in float32, got {shown(scale)}")
+    return float(rounded)
 
 
 def check_causal(causal: Any) -> bool:
