@@ -7,6 +7,7 @@ Paths that need a broken environment run in a subprocess.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -89,6 +90,7 @@ def softmax_still_works(device) -> None:
 
 # ---------------------------------------------------------------- too large / out of memory
 def test_allocations_beyond_the_device_limit_are_value_errors(device):
+    gc.collect()  # garbage of earlier tests freed now, not in the middle
     before = device.live_objects()
     limit = device.info.max_memory_allocation_size
     with pytest.raises(ValueError, match="maxMemoryAllocationSize"):
@@ -293,6 +295,7 @@ def test_refused_dispatch_leaks_no_descriptor_set(device, spin_dir):
     out = vkcore.Tensor.empty((128,), np.uint32, device)
     dead = Buffer(device, 512)
     dead.destroy()
+    gc.collect()  # garbage of earlier tests freed now, not in the middle
     before = device.live_objects()
     for _ in range(50):
         with pytest.raises(RuntimeError, match="released"):

@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vkcore.device.info import DeviceInfo
+from vkcore.device.info import STAGE_COMPUTE, DeviceInfo
 from vkcore.spirv import reflect
 
 # Per descriptor kind: what the message calls it, and the DeviceInfo field and Vulkan name
@@ -87,7 +87,6 @@ SUBGROUP_CAPABILITIES = (
     "GroupNonUniformQuad",
 )
 FIRST_SUBGROUP_CAPABILITY = 61
-STAGE_COMPUTE = 0x20
 
 
 def _over(what: str, value: int, limit_name: str, limit: int) -> str | None:

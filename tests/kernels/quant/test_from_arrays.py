@@ -2,6 +2,8 @@
 stored bytes against the reference packing, ggml Q8_0 / Q4_0 and torchao int4 built in
 numpy from their own formulas, and every bad argument or damaged file a clear error."""
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -431,6 +433,7 @@ def test_a_failed_upload_frees_what_it_made(device, rng, monkeypatch, fail_at):
 
     q, s, z = random_layout(rng, 4, 50, 4, False, 16)
     QT.from_arrays(q, s, z, bits=4, group_size=16, device=device).release()  # warms the pool
+    gc.collect()  # garbage of earlier tests freed now, not in the middle
     before = device.live_objects()["buffers"]
     real, calls = Buffer.write, []
 
