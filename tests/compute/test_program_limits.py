@@ -12,16 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import devices
 import numpy as np
 import pytest
-from checks import python_path_with
+from checks import run_worker
 from repo_paths import SUPPORT
 
 import vkcore
@@ -352,19 +348,8 @@ def test_program_refuses_each_limit_before_the_pipeline(device, monkeypatch):
 def test_past_a_limit_is_an_error_not_a_crash(scenario, limit, validation, device):
     if scenario == "storage_40" and device.info.max_per_stage_descriptor_storage_buffers >= 40:
         pytest.fail("this device takes 40 storage buffers: the scenario needs a lower limit")
-    root = str(Path(vkcore.__file__).resolve().parents[1])  # this vkcore, not another
-    env = dict(os.environ, VKCORE_VALIDATION=validation, PYTHONPATH=python_path_with(root))
-    out = subprocess.run(
-        [sys.executable, str(WORKER), scenario],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=WORKER.parent,
-    )
-    text = out.stdout + out.stderr[-3000:]
-    assert out.returncode == 0, f"exit status {out.returncode} (negative: a signal)\n{text}"
-    assert out.stdout.startswith("REFUSED ") and limit in out.stdout, text
+    stdout, text = run_worker(WORKER, scenario, validation=validation, timeout=120)
+    assert stdout.startswith("REFUSED ") and limit in stdout, text
 
 
 # --------------------------------------------------------------------------- capabilities

@@ -12,16 +12,11 @@ another thread; the interpreter exiting with sequences in cycles still running.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from checks import python_path_with
+from checks import run_worker
 from repo_paths import SUPPORT
-
-import vkcore
 
 WORKER = SUPPORT / "sequence_lifetime_worker.py"
 SCENARIOS = ["cycles_then_del_orders", "holder_cycle", "device_dropped", "thread_gc", "exit"]
@@ -30,19 +25,8 @@ SCENARIOS = ["cycles_then_del_orders", "holder_cycle", "device_dropped", "thread
 @pytest.mark.parametrize("validation", ["1", "0"], ids=["validated", "plain"])
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_sequences_in_flight_survive_what_drops_them(scenario, validation):
-    root = str(Path(vkcore.__file__).resolve().parents[1])  # this vkcore, not another
-    env = dict(os.environ, VKCORE_VALIDATION=validation, PYTHONPATH=python_path_with(root))
     try:
-        out = subprocess.run(
-            [sys.executable, str(WORKER), scenario],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=env,
-            cwd=WORKER.parent,
-        )
+        stdout, text = run_worker(WORKER, scenario, validation=validation, timeout=300)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"scenario {scenario!r} hung: {exc.stdout!r} {exc.stderr!r}")
-    text = out.stdout + out.stderr[-3000:]
-    assert out.returncode == 0, f"exit status {out.returncode} (negative: a signal)\n{text}"
-    assert "FAIL" not in out.stdout and out.stdout.rstrip().endswith("OK"), text
+    assert "FAIL" not in stdout and stdout.rstrip().endswith("OK"), text

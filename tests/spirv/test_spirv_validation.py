@@ -11,13 +11,11 @@ from __future__ import annotations
 import os
 import struct
 import subprocess
-import sys
-from pathlib import Path
 
 import devices
 import numpy as np
 import pytest
-from checks import python_path_with
+from checks import run_worker
 from repo_paths import SUPPORT
 from spirv_fuzz_worker import RESULT
 
@@ -38,20 +36,11 @@ VALIDATORS = [
 
 
 def _worker(args: list[str], validator: str, layer: str) -> list[str]:
-    root = str(Path(vkcore.__file__).resolve().parents[1])
-    env = dict(os.environ, VKCORE_VALIDATION=layer, PYTHONPATH=python_path_with(root))
-    env["VKCORE_SPIRV_VAL"] = "1" if validator == "spirv-val" else "0"
-    out = subprocess.run(
-        [sys.executable, str(WORKER), *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-        cwd=WORKER.parent,
+    spirv_val = "1" if validator == "spirv-val" else "0"
+    stdout, text = run_worker(
+        WORKER, *args, validation=layer, timeout=600, VKCORE_SPIRV_VAL=spirv_val
     )
-    text = out.stdout + out.stderr[-3000:]
-    assert out.returncode == 0, f"exit status {out.returncode}\n{text}"
-    lines = out.stdout.strip().splitlines()
+    lines = stdout.strip().splitlines()
     assert lines and lines[-1] == "OK", f"a child died of a signal:\n{text}"
     return [line[len(RESULT) :] for line in lines if line.startswith(RESULT)]
 
@@ -264,18 +253,12 @@ def test_modules_the_pipeline_cannot_run_are_refused(validator, blob, words, tmp
         "except vkcore.InvalidSpirvError as exc:\n"
         "    print('refused', str(exc).replace(chr(10), ' '))\n"
     )
-    root = str(Path(vkcore.__file__).resolve().parents[1])
-    env = dict(os.environ, PYTHONPATH=python_path_with(root))
-    env[validate.SPIRV_VAL_ENV] = "1" if validator == "spirv-val" else "0"
-    out = subprocess.run(
-        [sys.executable, "-c", child, str(module)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
-    assert out.returncode == 0, f"exit status {out.returncode}\n{out.stderr[-2000:]}"
-    assert out.stdout.startswith("refused") and words in out.stdout, out.stdout
+    script = tmp_path / "child.py"
+    script.write_text(child)
+    spirv_val = {validate.SPIRV_VAL_ENV: "1" if validator == "spirv-val" else "0"}
+    layer = os.environ.get("VKCORE_VALIDATION", "1")
+    stdout, text = run_worker(script, str(module), validation=layer, timeout=120, **spirv_val)
+    assert stdout.startswith("refused") and words in stdout, text
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -70,3 +73,26 @@ def python_path_with(first: object) -> str:
     """PYTHONPATH for a child process: ``first`` (the checkout whose vkcore it must run),
     then whatever this run's PYTHONPATH already holds (where `vulkan` may come from)."""
     return os.pathsep.join(filter(None, [str(first), os.environ.get("PYTHONPATH")]))
+
+
+def run_worker(
+    worker: Path, *args: str, validation: str, timeout: float, **env_extra: str
+) -> tuple[str, str]:
+    """Run a worker script of tests/support in a child process on this checkout's vkcore
+    (VKCORE_VALIDATION=``validation``, plus ``env_extra``); asserts it exited 0 (a crash
+    shows as a negative status: the signal) and returns its stdout and the output shown
+    in a failure message."""
+    root = str(Path(vkcore.__file__).resolve().parents[1])  # this vkcore, not another
+    env = dict(os.environ, VKCORE_VALIDATION=validation, PYTHONPATH=python_path_with(root))
+    env.update(env_extra)
+    out = subprocess.run(
+        [sys.executable, str(worker), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=worker.parent,
+    )
+    text = out.stdout + out.stderr[-3000:]
+    assert out.returncode == 0, f"exit status {out.returncode} (negative: a signal)\n{text}"
+    return out.stdout, text
