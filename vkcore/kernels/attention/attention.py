@@ -289,6 +289,7 @@ def _fill_zeros(result: Any) -> None:
 def _program(dev: Device, g: plan.Grid, kv: KV, masked: bool) -> Any:
     """The attend Program of grid ``g``: attention_lanes.comp or attention.comp."""
     defines = {"KV": DTYPES[kv.kind], "MASK": int(masked)}
+    spec: dict[str | int, int]
     if g.lanes:
         defines.update(variants.defines(dev.info, exact=False, reduces=True))
         spec = {"QT": g.tile, "Q4": kv.words // plan.LANE_WORDS, "V4": kv.vwords // plan.LANE_WORDS}

@@ -197,7 +197,9 @@ def lanes_grid(
     return Grid(wg, tile, dims, 1, 1, tiles, splits, chunk, max_chunk, lanes=True)
 
 
-def check_counts(info: DeviceInfo, heads: int, rows: int, tile: int, tiles: int, splits: int) -> None:
+def check_counts(
+    info: DeviceInfo, heads: int, rows: int, tile: int, tiles: int, splits: int
+) -> None:
     counts = info.max_compute_work_group_count
     if tiles > counts[1] or heads > counts[2] or splits > counts[0]:
         raise ValueError(
