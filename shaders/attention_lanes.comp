@@ -65,7 +65,9 @@ layout(push_constant) uniform Push {
     uint resume;      // 1: continue from the states the previous pass left in stats/parts
 } pc;
 
-shared float sh_w[QT * WG];  // the block's weights; the lanes' maxima, l and bad otherwise
+const uint QT4 = (QT + 3u) / 4u;
+shared vec4 sh_p[QT4 * WG];  // the block's weights, four rows per key and load
+shared float sh_w[QT * WG];  // the lanes' maxima (several subgroups), l and bad
 
 // The PER_WORD elements of word c of a uvec4 (int8: the codes; the scale comes after).
 void unpack4(uvec4 w, out float e[4u * PER_WORD]) {
@@ -195,6 +197,7 @@ void main() {
             barrier();
         }
         // One reference per row, moved only when the block exceeds it by more than MARGIN.
+        float weights[QT];
         [[unroll]] for (uint t = 0u; t < QT; ++t) {
             if (top[t] > r[t] + MARGIN) {
                 float factor = rescale_factor(r[t], top[t]);
@@ -205,7 +208,12 @@ void main() {
             // Masked keys (-inf) weigh exactly 0; NaN and +inf ones too (the row is NaN).
             float p = sx[t] == NEG_INF || is_bad(sx[t]) != 0u ? 0.0 : exp(sx[t] - finite_ref(r[t]));
             kahan_add(l[t], p);
-            sh_w[t * WG + lid] = p;
+            weights[t] = p;
+        }
+        [[unroll]] for (uint g4 = 0u; g4 < QT4; ++g4) {
+            vec4 w = vec4(0.0);
+            [[unroll]] for (uint c = 0u; c < 4u; ++c) if (4u * g4 + c < QT) w[c] = weights[4u * g4 + c];
+            sh_p[g4 * WG + lid] = w;
         }
         barrier();
         float sums[QT * DE];
@@ -214,10 +222,11 @@ void main() {
         for (uint x = 0u; x < n; ++x) {
             float p[QT];
             bool any_weight = false;
-            [[unroll]] for (uint t = 0u; t < QT; ++t) {
-                p[t] = sh_w[t * WG + x];
-                any_weight = any_weight || p[t] != 0.0;
+            [[unroll]] for (uint g4 = 0u; g4 < QT4; ++g4) {
+                vec4 w = sh_p[g4 * WG + x];
+                [[unroll]] for (uint c = 0u; c < 4u; ++c) if (4u * g4 + c < QT) p[4u * g4 + c] = w[c];
             }
+            [[unroll]] for (uint t = 0u; t < QT; ++t) any_weight = any_weight || p[t] != 0.0;
             if (!any_weight) continue;  // a masked key's value is never read
 #if KV == 2
             float vscale = v_scales[kv_base + kb + x];
