@@ -131,7 +131,8 @@ def test_lanes_grid_as_a_cpu_device(name):
         assert g.workgroup <= min(
             info.max_compute_work_group_size[0], info.max_compute_work_group_invocations
         )
-        assert g.tile * g.dims_per_invocation <= plan.MAX_ACC_SLOTS
+        assert g.tile * g.dims_per_invocation <= plan.LANE_ACC_SLOTS
+        assert g.tile <= plan.LANE_MAX_TILE
         assert g.tile * words * per <= plan.LANE_QUERY_SLOTS or g.tile == 1
         assert g.dims_per_invocation * g.workgroup >= vwords * per
         shared = info.max_compute_shared_memory_size or 16384
