@@ -40,8 +40,8 @@ def forced_splits(monkeypatch):
     grids = []
     real_grid = plan.grid
 
-    def spy(*args):
-        g = real_grid(*args)
+    def spy(*args, **kwargs):
+        g = real_grid(*args, **kwargs)
         grids.append(g)
         return g
 

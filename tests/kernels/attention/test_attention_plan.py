@@ -104,3 +104,53 @@ def test_prefill_memory_is_linear_in_length(device, rng, monkeypatch, length, ru
     if run:
         ref = reference.attention(q, k, v, causal=True)
         assert np.abs(got - ref).max() <= 1e-5 * np.abs(v).max()
+
+
+LANE_CASES = [  # (heads, rows, keys, k words, v words, elements per word)
+    (8, 4, 4096, 64, 64, 2),  # the decode row: float16 cache, D = 128
+    (8, 1024, 1024, 64, 64, 1),  # the prefill row
+    (1, 1, 65_536, 32, 32, 4),  # int8 cache, D = 128
+    (4, 3, 7, 256, 256, 1),
+    (1, 1, 1, 4, 4, 1),
+]
+
+
+@pytest.mark.parametrize("name", devices.NAMES)
+def test_lanes_grid_as_a_cpu_device(name):
+    """Each recorded device's limits taken as a CPU device's (the only kind that runs
+    attention_lanes.comp; the GPUs themselves never do): the grid fits the limits, the
+    accumulators and queries a lane keeps, and every pass stays under the loop limit."""
+    gpu = devices.device_info(devices.load(name))
+    assert not plan.lanes_kernel(gpu, 64, 64)
+    info = dataclasses.replace(gpu, device_type="cpu")
+    assert not plan.lanes_kernel(info, 6, 8) and not plan.lanes_kernel(info, 8, 10)
+    for heads, rows, keys, words, vwords, per in LANE_CASES:
+        g = plan.grid(info, 2, heads, rows, keys, words * per, vwords * per, word_elems=per)
+        assert g.lanes and g.shader == "attention_lanes.comp"
+        assert g == plan.grid(info, 2, heads, rows, keys, words * per, vwords * per, word_elems=per)
+        assert g.workgroup <= min(
+            info.max_compute_work_group_size[0], info.max_compute_work_group_invocations
+        )
+        assert g.tile * g.dims_per_invocation <= plan.LANE_ACC_SLOTS
+        assert g.tile <= plan.LANE_MAX_TILE
+        assert g.tile * words * per <= plan.LANE_QUERY_SLOTS or g.tile == 1
+        assert g.dims_per_invocation * g.workgroup >= vwords * per
+        shared = info.max_compute_shared_memory_size or 16384
+        assert (g.tile + 4 * -(-g.tile // 4)) * g.workgroup * 4 <= shared
+        assert g.chunk % g.workgroup == 0 and (g.splits - 1) * g.chunk < keys <= g.splits * g.chunk
+        assert g.max_chunk % g.workgroup == 0 and g.passes * g.max_chunk >= g.chunk
+        block_steps = plan.lanes_block_steps(info, g.workgroup, g.tile)
+        steps = g.max_chunk // g.workgroup * block_steps + 2 * g.tile * g.workgroup
+        assert steps <= plan.MAX_LOOP_STEPS or g.max_chunk == g.workgroup
+        assert g.tiles * g.tile >= rows
+
+
+def test_lanes_loop_steps_count_the_shared_sums(device):
+    """A workgroup of several subgroups (or none with arithmetic) pays the shared-memory
+    maxima in loop steps; one subgroup does not."""
+    info = device.info
+    one = plan.lanes_block_steps(info, info.subgroup_size, 4)
+    assert one == 1 + info.subgroup_size
+    assert plan.lanes_block_steps(info, 4 * info.subgroup_size, 4) == 1 + 5 * 4 * info.subgroup_size
+    plain = dataclasses.replace(info, subgroup_supported_operations=0)
+    assert plan.lanes_block_steps(plain, info.subgroup_size, 4) == 1 + 5 * info.subgroup_size

@@ -38,6 +38,9 @@ MERGE_WORKGROUP = 64
 variants.register(
     "attention.comp", spirv.define_grid(KV=[0, 1, 2], MASK=[0, 1]), exact=False, reduces=False
 )
+variants.register(
+    "attention_lanes.comp", spirv.define_grid(KV=[0, 1, 2], MASK=[0, 1]), exact=False, reduces=True
+)
 variants.register("attention_merge.comp", [{}], exact=False, reduces=False)
 
 
@@ -212,6 +215,7 @@ def _run(
         s.lk,
         kv.words * PER_WORD[kv.kind],
         s.dv,
+        word_elems=PER_WORD[kv.kind],
     )
     steps, _, _ = _steps(
         dev, g, s, kv, qbuf, mbuf, obuf, sc, causal, strides, mterms is not None, loans
@@ -292,6 +296,24 @@ def _fill_zeros(result: Any) -> None:
         result[...] = 0
 
 
+def _program(dev: Device, g: plan.Grid, kv: KV, masked: bool) -> Any:
+    """The attend Program of grid ``g``: attention_lanes.comp or attention.comp."""
+    defines = {"KV": DTYPES[kv.kind], "MASK": int(masked)}
+    spec: dict[str | int, int]
+    if g.lanes:
+        defines.update(variants.defines(dev.info, exact=False, reduces=True))
+        spec = {"QT": g.tile, "Q4": kv.words // plan.LANE_WORDS, "V4": kv.vwords // plan.LANE_WORDS}
+    else:
+        spec = {
+            "QT": g.tile,
+            "QWORDS": kv.words,
+            "DVS": g.dims_per_invocation,
+            "KL": g.key_lanes,
+            "KB": g.block_keys,
+        }
+    return programs.program(dev, g.shader, defines, workgroup=g.workgroup, spec=spec)
+
+
 def _steps(
     dev: Device,
     g: plan.Grid,
@@ -309,19 +331,7 @@ def _steps(
 ) -> tuple[list[Any], Buffer, Buffer]:
     """The attend dispatch, and the merge after it when the keys are split; with
     ``partial`` the partial states are left in the returned stats and parts buffers."""
-    prog = programs.program(
-        dev,
-        "attention.comp",
-        {"KV": DTYPES[kv.kind], "MASK": int(masked)},
-        workgroup=g.workgroup,
-        spec={
-            "QT": g.tile,
-            "QWORDS": kv.words,
-            "DVS": g.dims_per_invocation,
-            "KL": g.key_lanes,
-            "KB": g.block_keys,
-        },
-    )
+    prog = _program(dev, g, kv, masked)
     rows = s.batch * s.hq * s.lq
     stats = parts = c.dummy_buffer(dev)
     if g.merged or partial or g.passes > 1:

@@ -25,6 +25,13 @@ MAX_SPLITS = 256
 # steps one key may cost (loop_steps_per_key) stay below; a longer split takes passes.
 MAX_LOOP_STEPS = 65_535
 SHARED_SLOT_BYTES = 4
+LANE_WORDS = 4  # attention_lanes.comp reads k and v as uvec4s
+# attention_lanes.comp: tiles up to 16 rows (each load of k and v serves more rows: a
+# causal prefill of L = 1024, D = 64 took about 0.7 of the time of tiles of 8 on
+# lavapipe), within the query elements (tile * D) and accumulators every lane keeps.
+LANE_MAX_TILE = 16
+LANE_QUERY_SLOTS = 1024
+LANE_ACC_SLOTS = 128
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,11 @@ class Grid:
     splits: int
     chunk: int  # keys per split, a whole number of blocks
     max_chunk: int  # keys of one pass over a split (llvmpipe's loop limit)
+    lanes: bool = False  # shaders/attention_lanes.comp (one key at a time) instead
+
+    @property
+    def shader(self) -> str:
+        return "attention_lanes.comp" if self.lanes else "attention.comp"
 
     @property
     def merged(self) -> bool:
@@ -124,11 +136,101 @@ def split_count(info: DeviceInfo, workers: int, groups: int, keys: int, block: i
     return min(splits, int(info.max_compute_work_group_count[0]))
 
 
+def lanes_kernel(info: DeviceInfo, words: int, vwords: int) -> bool:
+    """shaders/attention_lanes.comp on a CPU device whose k and v rows are whole uvec4s
+    (``words`` and ``vwords`` 32-bit words per row): there a block's barriers and scans of
+    shared memory cost more than its dot products, and a lane's loads are cheapest four
+    words at a time. GPUs keep attention.comp's blocks of keys scored side by side."""
+    return info.is_cpu and words % LANE_WORDS == 0 and vwords % LANE_WORDS == 0
+
+
+def alone_in_subgroup(info: DeviceInfo, workgroup: int) -> bool:
+    """Whether a workgroup is surely one subgroup with subgroup arithmetic (then
+    attention_lanes.comp takes a block's maxima without shared memory)."""
+    smallest = info.min_subgroup_size or info.subgroup_size or 1
+    return info.subgroup_arithmetic_in_compute and workgroup <= smallest
+
+
+def lanes_block_steps(info: DeviceInfo, workgroup: int, tile: int) -> int:
+    """The loop iterations a block of ``workgroup`` keys adds to an invocation of
+    shaders/attention_lanes.comp: the block loop's, the loop over its keys' values and,
+    unless the workgroup is one subgroup, the shared-memory maxima (rows times lanes).
+    Every other loop in the block has a constant trip count and is unrolled."""
+    alone = alone_in_subgroup(info, workgroup)
+    return 1 + workgroup + (0 if alone else tile * workgroup)
+
+
+def lanes_grid(
+    info: DeviceInfo,
+    workers: int,
+    heads: int,
+    rows: int,
+    keys: int,
+    words: int,
+    vwords: int,
+    word_elems: int,
+) -> Grid:
+    """The grid of attention_lanes.comp: blocks of one key per lane, every lane holding
+    the tile's whole queries and ``dims`` dimensions of v."""
+    wg = workgroup_size(info)
+    q_elems = words * word_elems
+    dims = -(-vwords // (LANE_WORDS * wg)) * LANE_WORDS * word_elems
+    shared = info.max_compute_shared_memory_size or 16384
+    if wg * SHARED_SLOT_BYTES > shared:
+        raise ValueError(
+            f"a workgroup of {wg} needs more shared memory than this device's "
+            f"maxComputeSharedMemorySize ({shared} bytes)"
+        )
+    tile = 1
+    while (
+        tile < LANE_MAX_TILE
+        and tile < rows
+        and 2 * tile * dims <= LANE_ACC_SLOTS
+        and 2 * tile * q_elems <= LANE_QUERY_SLOTS
+        and 2 * tile * wg * SHARED_SLOT_BYTES <= shared
+    ):
+        tile *= 2
+    # The end's sums over the lanes (l and bad) run once per invocation.
+    budget = max(1, MAX_LOOP_STEPS - 2 * tile * wg)
+    max_chunk = max(1, budget // lanes_block_steps(info, wg, tile)) * wg
+    tiles = -(-rows // tile)
+    blocks = max(1, -(-keys // wg))
+    splits = split_count(info, workers, heads * tiles, keys, wg)
+    chunk = -(-blocks // splits) * wg
+    splits = max(1, -(-keys // chunk))
+    check_counts(info, heads, rows, tile, tiles, splits)
+    return Grid(wg, tile, dims, 1, 1, tiles, splits, chunk, max_chunk, lanes=True)
+
+
+def check_counts(
+    info: DeviceInfo, heads: int, rows: int, tile: int, tiles: int, splits: int
+) -> None:
+    counts = info.max_compute_work_group_count
+    if tiles > counts[1] or heads > counts[2] or splits > counts[0]:
+        raise ValueError(
+            f"{heads} heads of {rows} query rows need more workgroups than this device "
+            f"allows ({tiles} tiles of {tile} rows, at most {counts[1]} by {counts[2]}); "
+            "split the call"
+        )
+
+
 def grid(
-    info: DeviceInfo, workers: int, heads: int, rows: int, keys: int, d_elems: int, dv: int
+    info: DeviceInfo,
+    workers: int,
+    heads: int,
+    rows: int,
+    keys: int,
+    d_elems: int,
+    dv: int,
+    *,
+    word_elems: int = 1,
 ) -> Grid:
     """The grid of a call: ``heads`` (batch times KV heads) of ``rows`` query rows each
-    over ``keys`` keys; ``d_elems`` is the head dimension padded to whole k words."""
+    over ``keys`` keys; ``d_elems`` is the head dimension padded to whole k words of
+    ``word_elems`` elements (v's rows are whole words of as many)."""
+    words, vwords = d_elems // word_elems, -(-max(dv, 1) // word_elems)
+    if lanes_kernel(info, words, vwords):
+        return lanes_grid(info, workers, heads, rows, keys, words, vwords, word_elems)
     wg = workgroup_size(info)
     lanes = key_lanes(wg)
     dims = -(-max(dv, 1) // wg)
@@ -148,11 +250,5 @@ def grid(
     splits = split_count(info, workers, heads * tiles, keys, block)
     chunk = -(-blocks // splits) * block
     splits = max(1, -(-keys // chunk))
-    counts = info.max_compute_work_group_count
-    if tiles > counts[1] or heads > counts[2] or splits > counts[0]:
-        raise ValueError(
-            f"{heads} heads of {rows} query rows need more workgroups than this device "
-            f"allows ({tiles} tiles of {tile} rows, at most {counts[1]} by {counts[2]}); "
-            "split the call"
-        )
+    check_counts(info, heads, rows, tile, tiles, splits)
     return Grid(wg, tile, dims, lanes, kb, tiles, splits, chunk, max_blocks * block)
