@@ -145,11 +145,17 @@ def mask_cases(rng, lead, hq, lq, lk):
 
 
 def test_masks_of_every_kind(device, rng):
+    check_masks_of_every_kind(device, rng, dv=6)
+
+
+def check_masks_of_every_kind(device, rng, dv):
+    """Every mask of mask_cases, with and without causal, against the reference (``dv``
+    picks the kernel: the lanes kernel needs rows of whole word groups)."""
     lead, hq, hkv, lq, lk = (2,), 4, 2, 5, 67
     q, k, v = (
         rand(rng, *lead, hq, lq, 8),
         rand(rng, *lead, hkv, lk, 8),
-        rand(rng, *lead, hkv, lk, 6),
+        rand(rng, *lead, hkv, lk, dv),
     )
     for name, mask in mask_cases(rng, lead, hq, lq, lk):
         for causal in (False, True):

@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_attention_accuracy import SCORE_ORDERS, assert_matches, mask_cases, rand
+from test_attention_accuracy import (
+    SCORE_ORDERS,
+    assert_matches,
+    check_masks_of_every_kind,
+    rand,
+)
 
 import vkcore
 from vkcore.kernels.attention import plan
@@ -80,19 +85,7 @@ def test_every_kv_layout_and_workgroup_size(device, rng, grids, monkeypatch, dty
 
 
 def test_masks_of_every_kind(device, rng, grids):
-    lead, hq, hkv, lq, lk = (2,), 4, 2, 5, 67
-    q, k, v = (
-        rand(rng, *lead, hq, lq, 8),
-        rand(rng, *lead, hkv, lk, 8),
-        rand(rng, *lead, hkv, lk, 4),
-    )
-    for name, mask in mask_cases(rng, lead, hq, lq, lk):
-        for causal in (False, True):
-            got = vkcore.attention(q, k, v, mask=mask, causal=causal, device=device)
-            try:
-                assert_matches(got, q, k, v, mask=mask, causal=causal)
-            except AssertionError as exc:
-                raise AssertionError(f"{name}, causal={causal}: {exc}") from None
+    check_masks_of_every_kind(device, rng, dv=4)
 
 
 def test_masked_keys_unread_and_non_finite_scores(device, rng, grids):
