@@ -22,16 +22,7 @@ float rescale_factor(float r_old, float r_new) {
     return r_old == NEG_INF ? 0.0 : exp(r_old - finite_ref(r_new));
 }
 
-// Compensated running sum: a split may add thousands of blocks.
-struct KahanSum { float sum; float carry; };
-void kahan_add(inout KahanSum k, float term) {
-    precise float t = term - k.carry;
-    precise float s = k.sum + t;
-    precise float lost = s - k.sum;
-    k.carry = lost - t;
-    k.sum = s;
-}
-void kahan_scale(inout KahanSum k, float factor) { k.sum *= factor; k.carry *= factor; }
+#include "kahan_sum.glsl"  // a split may add thousands of blocks
 
 // 1 / L refined by one Newton step (Vulkan allows 2.5 ulp for a division).
 float reciprocal(float L) {

@@ -93,19 +93,7 @@ float finite_max(float m) { return m == NEG_INF ? 0.0 : m; }
 // l expressed relative to a larger maximum M; a state that has seen only -inf is 0.
 float rescale(float l, float m, float M) { return m == NEG_INF ? 0.0 : l * exp(m - finite_max(M)); }
 
-// Compensated (Kahan) running sum: one invocation adds thousands of terms when a row is
-// long, and a plain float sum would lose about sqrt(terms) ulps. `precise` keeps the
-// compiler from simplifying the correction away.
-struct KahanSum { float sum; float carry; };
-void kahan_add(inout KahanSum k, float term) {
-    precise float t = term - k.carry;
-    precise float s = k.sum + t;
-    precise float lost = s - k.sum;
-    k.carry = lost - t;
-    k.sum = s;
-}
-// Both parts scale together when the running maximum grows.
-void kahan_scale(inout KahanSum k, float factor) { k.sum *= factor; k.carry *= factor; }
+#include "kahan_sum.glsl"
 
 #define MAX_SLOT(a, b) sh_m[a] = max(sh_m[a], sh_m[b]); sh_bad[a] |= sh_bad[b]
 #define SUM_SLOT(a, b) sh_l[a] += sh_l[b]
