@@ -32,6 +32,7 @@ REDUCING = {
     "quantize_rows.comp",
     "quantize_act.comp",
     "topk_select.comp",
+    "attention_lanes.comp",  # each block's maximum per row: subgroupMax
 }
 REDUCING_SOFTMAX_STAGES = {"softmax_online.comp": {0, 1}, "softmax_safe.comp": {0, 1, 2}}
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import os
 import shutil
@@ -284,17 +285,19 @@ def tour_attention(device: vkcore.Device, rng: np.random.Generator) -> list[str]
         case = f"attention {lq}x{lk}{' masked' if masked else ''}"
         assert err <= ATTENTION_REL_ERR * np.abs(v).max(), f"{case}: max |err| {err:.2e}"
         done.append(case)
-    for dtype in ("float32", "float16", "int8"):
-        cache = vkcore.KVCache(2, 40, 64, dtype=dtype, device=device)
-        new_k = rng.standard_normal((2, 50, 40)).astype(np.float32)
-        new_v = rng.standard_normal((2, 50, 40)).astype(np.float32)
+    # Head sizes of 42 (no whole word groups: the tiled kernel) and 48 (whole groups of
+    # four words in every dtype: the lanes kernel, where the device takes it).
+    for dtype, d in itertools.product(("float32", "float16", "int8"), (42, 48)):
+        cache = vkcore.KVCache(2, d, 64, dtype=dtype, device=device)
+        new_k = rng.standard_normal((2, 50, d)).astype(np.float32)
+        new_v = rng.standard_normal((2, 50, d)).astype(np.float32)
         cache.append(new_k, new_v)
         keys, values = cache.numpy()
         if dtype == "int8":
             kq, ks, vq, vs = cache.codes()
             assert np.array_equal(kq[0], reference.kv_quantize(new_k)[0]), "int8 cache codes"
             assert np.array_equal(vs[0], reference.kv_quantize(new_v)[1]), "int8 cache scales"
-        q = rng.standard_normal((1, 6, 2, 40)).astype(np.float32)[0]
+        q = rng.standard_normal((1, 6, 2, d)).astype(np.float32)[0]
         for mask in (None, rng.random((2, 50)) > 0.2):
             got = vkcore.attention(q, cache, mask=mask)
             expect = reference.attention(q[None], keys, values, mask=mask)[0]
@@ -302,7 +305,7 @@ def tour_attention(device: vkcore.Device, rng: np.random.Generator) -> list[str]
             bound = ATTENTION_REL_ERR * np.abs(values).max()
             assert err <= bound, f"KV cache {dtype}: {err:.2e}"
         cache.release()
-        done.append(f"attention over a {dtype} KV cache")
+        done.append(f"attention over a {dtype} KV cache, D={d}")
     return done
 
 
