@@ -59,12 +59,14 @@ from vkcore._vk import constants as vk
 from vkcore.compute import program_args, program_limits
 from vkcore.compute import program_source as source_of
 from vkcore.compute.push_block import PushBlock
+from vkcore.compute.repeat import Repeat, exact_values
 from vkcore.compute.tensor import Tensor, asarray, check_on_device
 from vkcore.device.device import Device, resolve
 from vkcore.device.memory.buffer import Buffer
 from vkcore.device.memory.pools import buffer_pool
 from vkcore.device.pipelines.pipeline import Pipeline
 from vkcore.device.submit.commands import Dispatch
+from vkcore.device.submit.submitter import Recorded
 from vkcore.errors import shown
 from vkcore.spirv import interface_file, reflect
 
@@ -164,6 +166,7 @@ class Program:
         # (freed with the Program, like any collected Buffer)
         self._held: dict[int, Buffer] = {}
         self._last_dispatch: Dispatch | None = None
+        self._kept: _KeptCall | None = None  # the latest call, for an exact repeat
 
     @property
     def last_device_seconds(self) -> float | None:
@@ -204,10 +207,16 @@ class Program:
     ) -> None:
         """Dispatch ``groups`` workgroups over ``buffers`` (binding order) with the push
         constants ``values`` (by member name) or ``push`` (the block's bytes)."""
+        kept = self._kept
+        if kept is not None and kept.matches(buffers, groups, push, values):
+            with self.device.lock:  # still this Program's latest call (another thread's?)
+                if self._kept is kept and kept.run(buffers):  # (refused in a sequence)
+                    return
         if self.device.recording:  # inside vkcore.sequence()
             step = self.record(*self._as_tensors(buffers), groups=groups, push=push, **values)
             self.device.run((step,))
             return
+        self._kept = None  # the full call below decides what the next repeat may reuse
         grid = self._grid(groups)
         push_bytes = self._push_block.pack(push, values)
         if len(buffers) != len(self.bindings):
@@ -218,7 +227,8 @@ class Program:
         with self.device.lock:  # the held buffers are this call's until it returns
             staged = self._held_for(buffers)
             if staged is not None:
-                self._run_held(buffers, staged, push_bytes, grid)
+                recorded = self._run_held(buffers, staged, push_bytes, grid)
+                self._keep(recorded, buffers, staged, (), groups, push, values)
                 return
         args = [
             program_args.Argument.of(self.rules, b, x, i)
@@ -231,12 +241,33 @@ class Program:
             try:
                 bound = tuple(a.upload(pool, self._held, i) for i, a in enumerate(args))
                 dispatch = self._dispatch(bound, push_bytes, grid)
-                dev.run((dispatch,))  # device seconds read on demand
+                recorded = dev.run((dispatch,))  # device seconds read on demand
                 for a in args:
                     a.copy_back()
+                if all(a.tensor is not None or a.held for a in args):
+                    tensors = tuple(a.tensor for a in args if a.tensor is not None)
+                    held = tuple(a.staged for a in args if a.tensor is None)
+                    self._keep(recorded, buffers, held, tensors, groups, push, values)
             finally:
                 for a in args:
                     a.give_back(pool)
+
+    def _keep(
+        self,
+        recorded: Recorded | None,
+        buffers: tuple[Any, ...],
+        staged: tuple[Buffer | None, ...],
+        tensors: tuple[Tensor, ...],
+        groups: Any,
+        push: Any,
+        values: dict[str, Any],
+    ) -> None:
+        """Remember a call the device kept the recording of, for an exact repeat
+        (:class:`_KeptCall`); one whose arguments cannot be compared exactly is not kept."""
+        if recorded is None:
+            return
+        kept = _KeptCall.of(self, recorded, buffers, staged, tensors, groups, push, values)
+        self._kept = kept
 
     def _as_tensors(self, buffers: tuple[Any, ...]) -> list[Any]:
         """A call recorded in a sequence: readonly numpy arguments uploaded as Tensors now;
@@ -292,18 +323,20 @@ class Program:
         staged: tuple[Buffer, ...],
         push: bytes,
         grid: tuple[int, int, int],
-    ) -> None:
-        """Upload into the held buffers, dispatch, copy the written bindings back."""
+    ) -> Recorded | None:
+        """Upload into the held buffers, dispatch, copy the written bindings back; the
+        recording the device kept, if any."""
         dev = self.device
         with dev.lock:
             dev.check()
             for x, buf in zip(arrays, staged, strict=True):
                 buf.write(x)
             dispatch = self._dispatch(staged, push, grid)
-            dev.run((dispatch,))
+            recorded = dev.run((dispatch,))
             for x, buf, b in zip(arrays, staged, self.bindings, strict=True):
                 if b.writable:
                     buf.read(x)
+            return recorded
 
     def _dispatch(
         self, bound: tuple[Buffer, ...], push: bytes, grid: tuple[int, int, int]
@@ -398,3 +431,113 @@ class Program:
     def __repr__(self) -> str:
         shape = f"bindings={len(self.bindings)}, workgroup={self.workgroup}"
         return f"vkcore.Program({self.name}, {shape})"
+
+
+class _KeptCall:
+    """A Program's latest call, kept for an exact repeat (:mod:`vkcore.compute.repeat`):
+    the same number of arguments, each the same kind as then (a numpy array of the same
+    dtype and byte size, C-contiguous, writable where the shader writes it; or a Tensor
+    over the very same buffer with the same dtype), the same ``groups`` and ``push``, and
+    push-constant values equal in value and type. Every check the full call made holds
+    for such a call, so it only copies, resubmits and copies back."""
+
+    def __init__(
+        self,
+        repeat: Repeat,
+        groups: Any,
+        push: bytes | None,
+        values: dict[str, Any],
+        types: tuple[tuple[str, type], ...],
+        arrays: tuple[tuple[int, np.dtype, int, bool], ...],
+        tensor_at: tuple[tuple[int, np.dtype], ...],
+    ) -> None:
+        self.repeat = repeat
+        self.groups, self.push, self.values, self.types = groups, push, values, types
+        self.arrays = arrays  # (position, dtype, byte size, written) of each numpy array
+        self.tensor_at = tensor_at  # (position, dtype) of each Tensor
+
+    @classmethod
+    def of(
+        cls,
+        prog: Program,
+        recorded: Recorded,
+        buffers: tuple[Any, ...],
+        staged: tuple[Buffer | None, ...],
+        tensors: tuple[Tensor, ...],
+        groups: Any,
+        push: Any,
+        values: dict[str, Any],
+    ) -> _KeptCall | None:
+        """The kept call, or None for one a repeat could not compare exactly (push
+        values other than plain ints and floats, groups other than ints, an argument of
+        another kind)."""
+        types = exact_values(values)
+        plain_groups = type(groups) is int or (
+            type(groups) is tuple and all(type(g) is int for g in groups)
+        )
+        if types is None or not plain_groups or not (push is None or type(push) is bytes):
+            return None
+        arrays: list[tuple[int, np.dtype, int, bool]] = []
+        tensor_at: list[tuple[int, np.dtype]] = []
+        for i, (x, b) in enumerate(zip(buffers, prog.bindings, strict=True)):
+            if type(x) is Tensor:
+                tensor_at.append((i, x.dtype))
+            elif type(x) is np.ndarray:
+                arrays.append((i, x.dtype, x.nbytes, b.writable))
+            else:
+                return None
+        bound = [t.buffer for t in tensors]
+        held = [buf for buf in staged if buf is not None]
+        if len(held) != len(arrays) or len(staged) != len(arrays) or None in bound:
+            return None
+        inputs = [(a[0], buf) for a, buf in zip(arrays, held, strict=True)]
+        outputs = [(a[0], buf) for a, buf in zip(arrays, held, strict=True) if a[3]]
+        repeat = Repeat(prog.device, recorded, inputs, outputs, [b for b in bound if b])
+        return cls(repeat, groups, push, dict(values), types, tuple(arrays), tuple(tensor_at))
+
+    def matches(
+        self, buffers: tuple[Any, ...], groups: Any, push: Any, values: dict[str, Any]
+    ) -> bool:
+        if groups != self.groups or type(groups) is not type(self.groups):
+            return False
+        if push is not self.push and (type(push) is not bytes or push != self.push):
+            return False
+        if len(buffers) != len(self.arrays) + len(self.tensor_at):
+            return False
+        return (
+            self._same_values(values) and self._same_arrays(buffers) and self._same_tensors(buffers)
+        )
+
+    def _same_values(self, values: dict[str, Any]) -> bool:
+        if len(values) != len(self.types):
+            return False
+        kept = self.values
+        for name, t in self.types:
+            v = values.get(name, kept)  # (a missing name gets the dict: never its type)
+            if type(v) is not t or v != kept[name]:
+                return False
+        return True
+
+    def _same_arrays(self, buffers: tuple[Any, ...]) -> bool:
+        for i, dtype, nbytes, writable in self.arrays:
+            x = buffers[i]
+            if type(x) is not np.ndarray or x.nbytes != nbytes or x.dtype != dtype:
+                return False
+            flags = x.flags
+            if not flags.c_contiguous or (writable and not flags.writeable):
+                return False
+        return True
+
+    def _same_tensors(self, buffers: tuple[Any, ...]) -> bool:
+        if not self.tensor_at:
+            return True
+        bound = []
+        for i, dtype in self.tensor_at:
+            x = buffers[i]
+            if type(x) is not Tensor or x.dtype != dtype:
+                return False
+            bound.append(x.buffer)
+        return self.repeat.binds(bound)
+
+    def run(self, buffers: tuple[Any, ...]) -> bool:
+        return self.repeat.run(buffers)

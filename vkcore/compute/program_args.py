@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from vkcore.compute.repeat import SMALL_CALL_BYTES
 from vkcore.compute.tensor import Tensor, check_on_device, convert
 from vkcore.device.device import Device
 from vkcore.device.memory.buffer import Buffer
@@ -28,9 +29,8 @@ from vkcore.spirv import reflect
 
 TEXEL_BYTES = {"r32f": 4, "r32ui": 4, "rgba32f": 16, "rgba32ui": 16}
 TEXEL_ELEMENTS = {"r32f": "float32", "r32ui": "uint32", "rgba32f": "float32", "rgba32ui": "uint32"}
-# A numpy argument up to this size keeps its staging buffer in the Program between calls
-# (a repeated small call skips the pool); larger ones borrow from the pool per call.
-HELD_STAGING_BYTES = 1 << 16
+# A numpy argument up to this size keeps its staging buffer in the Program between calls.
+HELD_STAGING_BYTES = SMALL_CALL_BYTES
 
 
 @dataclass(frozen=True)

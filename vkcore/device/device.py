@@ -45,7 +45,7 @@ from vkcore.device.memory.buffer import Buffer
 from vkcore.device.pipelines.cache import PipelineCache
 from vkcore.device.pipelines.pipeline import Pipeline, destroy_objects
 from vkcore.device.submit.commands import Dispatch
-from vkcore.device.submit.submitter import Submitter
+from vkcore.device.submit.submitter import Recorded, Submitter
 from vkcore.device.submit.transfers import Transfers
 from vkcore.errors import shown
 from vkcore.spirv.shaders import Spirv
@@ -153,11 +153,20 @@ class Device(DeviceContext):
         return cache.folder if cache is not None else None
 
     # ------------------------------------------------------------------ submission
-    def run(self, steps: Sequence[Dispatch]) -> None:
+    def run(self, steps: Sequence[Dispatch]) -> Recorded | None:
         """Submit ``steps`` (what :meth:`vkcore.Program.record` returns) in one command
         buffer and wait for them; inside ``vkcore.sequence()`` they are recorded there
-        instead (docs/sequences.md). The one way kernels and users submit work."""
-        self.submitter.run(steps, read_seconds=False)
+        instead (docs/sequences.md). The one way kernels and users submit work.
+
+        Returns the command buffer kept for these steps when the device keeps one (from
+        their second submission): a caller that will submit exactly the same steps again
+        may hand it to :meth:`rerun` instead (docs/performance.md#repeated-calls)."""
+        return self.submitter.run_kept(steps)
+
+    def rerun(self, kept: Recorded) -> bool:
+        """Submit again what :meth:`run` returned, and wait: False (nothing submitted)
+        once it is no longer kept, the caller then runs its steps again."""
+        return self.submitter.rerun(kept)
 
     def copy(self, src: Buffer, src_offset: int, dst: Buffer, dst_offset: int, nbytes: int) -> None:
         """Copy ``nbytes`` from ``src`` to ``dst`` on the device, and wait for it."""

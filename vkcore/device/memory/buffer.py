@@ -91,6 +91,9 @@ class Buffer(Held):
 
     _views: dict[str, Any] | None = None
     _mapped: np.ndarray | None = None  # the mapping; never leaves this class
+    # The mapping seen as the latest whole-buffer array's (dtype, shape, in-place reads):
+    # write_whole/read_whole copy through it. Never leaves this class either.
+    _whole: tuple[np.dtype, tuple[int, ...], np.ndarray, bool] | None = None
 
     # True for long-lived buffers (pooled, placeholders): the submitter may keep a recorded
     # command buffer that references them, dropped when the buffer is destroyed.
@@ -149,7 +152,7 @@ class Buffer(Held):
 
     def _free_memory(self) -> None:
         """Free the memory of a buffer being built (mapped memory is unmapped with it)."""
-        self._mapped = None
+        self._mapped = self._whole = None
         if self.memory is not None:
             dev = self.device
             dev.lib.vkFreeMemory(dev.handle, self.memory, dev.ffi.NULL)
@@ -326,6 +329,71 @@ class Buffer(Held):
             self._require_alive()
             self.device.transfers.download(self, raw, offset)
 
+    def write_whole(self, data: np.ndarray) -> None:
+        """:meth:`write` of a C-contiguous array of exactly this buffer's size, made cheap
+        for a repeated call's staging: the mapping viewed as the array's dtype and shape
+        is kept for the next one, so the copy is one assignment. Anything else goes
+        through :meth:`write`."""
+        whole = self._whole
+        if (
+            whole is None
+            or type(data) is not np.ndarray
+            or data.dtype is not whole[0]
+            or data.shape != whole[1]
+            or self._holders
+            or not data.flags.c_contiguous
+        ):
+            whole = self._whole_view(data)
+            if whole is None:
+                self.write(data)
+                return
+        with self._lock:  # as _copy_mapped: no unmapping in the middle of the copy
+            if self.handle is None:
+                self._require_alive()
+            whole[2][...] = data  # same dtype and shape: a plain copy
+            if not self._coherent:
+                self._sync_mapped(0, self.nbytes, flush=True)
+
+    def read_whole(self, out: np.ndarray) -> None:
+        """:meth:`read` into a writable C-contiguous array of exactly this buffer's size,
+        as cheap as :meth:`write_whole`; anything else goes through :meth:`read`."""
+        whole = self._whole
+        if (
+            whole is None
+            or type(out) is not np.ndarray
+            or out.dtype is not whole[0]
+            or out.shape != whole[1]
+            or self._holders
+            or not out.flags.c_contiguous
+        ):
+            whole = self._whole_view(out)
+        if whole is None or not whole[3] or not out.flags.writeable:
+            self.read(out)
+            return
+        with self._lock:
+            if self.handle is None:
+                self._require_alive()
+            if not self._coherent:
+                self._sync_mapped(0, self.nbytes, flush=False)
+            out[...] = whole[2]
+
+    def _whole_view(
+        self, arr: np.ndarray
+    ) -> tuple[np.dtype, tuple[int, ...], np.ndarray, bool] | None:
+        """The mapping viewed as ``arr``'s dtype and shape, kept for the next whole copy
+        (with whether a read may copy in place), or None where the plain path must run: a
+        sequence holds the buffer, the buffer is not mapped, or ``arr`` is not a
+        C-contiguous array of its size."""
+        if self._holders or not self._fits_whole(arr, 0):
+            return None
+        with self._lock:
+            if self._mapped is None:
+                return None
+            view = self._mapped.view(arr.dtype).reshape(arr.shape)
+            whole = (arr.dtype, arr.shape, view, self.nbytes <= self.read_in_place_max)
+            self._whole = whole
+            return whole
+
     def _fits_whole(self, arr: object, offset: object) -> bool:
         """A C-contiguous numpy array of exactly this mapped buffer's size at offset 0."""
         return (
@@ -376,7 +444,7 @@ class Buffer(Held):
         """Forget the Vulkan objects without destroying them (a forked child's copy)."""
         self._lock = threading.Lock()  # a parent thread may have held it at the fork
         self.handle = self.memory = None
-        self._mapped = None
+        self._mapped = self._whole = None
         self._views = None
 
     def destroy(self) -> None:
@@ -403,7 +471,7 @@ class Buffer(Held):
                 lib.vkDestroyBuffer(dev.handle, self.handle, ffi.NULL)
             self.handle = None
             self.memory = None
-            self._mapped = None  # (already freed with its device if that closed first)
+            self._mapped = self._whole = None  # (freed with its device if that closed first)
             self._views = None
 
     def __del__(self) -> None:

@@ -93,7 +93,7 @@ class BufferPool:
                 old._mapped,
                 old._views,
             )
-            old.handle = old.memory = old._mapped = old._views = None
+            old.handle = old.memory = old._mapped = old._views = old._whole = None
             self.device.register_buffer(new)
         return new
 

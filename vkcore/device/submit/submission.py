@@ -86,14 +86,15 @@ class Submission:
         if self._signalled:
             _vk.check(lib.vkResetFences(dev.handle, 1, self._fences), "vkResetFences")
             self._signalled = False
-        self.state = PENDING
+        # (The state's two attributes set directly: this is every call's path.)
+        self._state, self.unsettled = PENDING, True
         self.serial += 1
         result = lib.vkQueueSubmit(dev.queue, 1, submit_info, self.fence)
         if result < 0:
             self.state = IDLE  # nothing was submitted; the fence is untouched
         _vk.check(result, "vkQueueSubmit")
         self.ran = False
-        self.state = IN_FLIGHT
+        self._state = IN_FLIGHT
 
     def poll(self) -> bool:
         """True once the latest batch has finished (it is then IDLE); a PENDING one is
@@ -112,10 +113,10 @@ class Submission:
         """Wait until the latest batch has finished (see the module's rules); nothing to do
         when IDLE. A Ctrl-C or other exception raised meanwhile is raised once the work
         is done; if waiting itself fails, the batch is settled before the error goes up."""
-        if self.state == IDLE:
-            return
-        if self.state == PENDING:
-            self.settle()
+        state = self._state
+        if state != IN_FLIGHT:
+            if state == PENDING:
+                self.settle()
             return
         interrupted: list[BaseException] = []
         try:
@@ -123,8 +124,10 @@ class Submission:
         except BaseException:
             self.settle()
             raise
-        self._finished(ran=True)
-        raise_deferred(interrupted)
+        self.ran = self._signalled = True  # _finished(ran=True), inline
+        self._state, self.unsettled = IDLE, False
+        if interrupted:
+            raise_deferred(interrupted)
 
     def wait_unlocked(self, lock: Any) -> None:
         """:meth:`wait` for a caller that must not hold ``lock`` (the device lock) while it
@@ -153,6 +156,8 @@ class Submission:
         while True:
             try:
                 result = wait(handle, 1, fences, 1, timeout)
+                if result == 0:
+                    return
                 if result == _VK_TIMEOUT:
                     if timeout == 0:
                         now = time.perf_counter()

@@ -41,13 +41,18 @@ _MAX_SEEN = 64
 
 
 @dataclass
-class _Recorded:
-    """A command buffer recorded once, with its descriptor sets, resubmitted on a repeat."""
+class Recorded:
+    """A command buffer recorded once, with its descriptor sets, resubmitted on a repeat.
+    A caller that keeps one (:meth:`Submitter.run_kept`) resubmits it with
+    :meth:`Submitter.rerun`, which refuses once it is ``released``."""
 
     command_buffer: Any
     sets: list[Any]
     object_ids: frozenset[int]  # of the pipelines and buffers it binds
+    key: tuple[Any, ...]
+    timed: bool
     batch: Batch | None = None
+    released: bool = False  # its command buffer and sets are freed: never submit it again
 
 
 def _bound_ids(dispatches: Sequence[Dispatch]) -> frozenset[int]:
@@ -92,7 +97,7 @@ class Submitter(SequenceHooks):
         self.device = device
         self.timed = timed  # timestamps on calls that do not say (Device(timed=...))
         self.live_descriptor_sets = 0  # allocated and not yet freed (Device.live_objects)
-        self._recorded: OrderedDict[tuple[Any, ...], _Recorded] = OrderedDict()
+        self._recorded: OrderedDict[tuple[Any, ...], Recorded] = OrderedDict()
         self._seen: OrderedDict[tuple[Any, ...], None] = OrderedDict()
         self._keys = commands.ReuseKeys()
         self._init_recording()
@@ -149,6 +154,8 @@ class Submitter(SequenceHooks):
     def submit_info(self, batch: Batch) -> Any:
         """``batch``'s submit info, behind the leading barrier where a sequence submitted
         without waiting may still run (its writes come before this batch's accesses)."""
+        if not self._submitted:  # (in_flight_elsewhere, inline: every call's path)
+            return batch.alone
         self.reap()  # sequences dropped in flight that have finished since
         return batch.led() if self.in_flight_elsewhere() else batch.alone
 
@@ -172,6 +179,16 @@ class Submitter(SequenceHooks):
         and later repeats only resubmit it. Destroying one of its buffers drops what
         referenced it (:meth:`forget`), so a recording never outlives what it binds.
         """
+        with self.device.lock:
+            self.run_kept(dispatches, timed=timed)
+            return self.last_device_seconds if read_seconds else None
+
+    def run_kept(
+        self, dispatches: Sequence[Dispatch], *, timed: bool | None = None
+    ) -> Recorded | None:
+        """:meth:`run` (the timestamps, if any, read on demand), returning the recording
+        kept for the dispatches when there is one: a caller that repeats exactly this work
+        may resubmit it with :meth:`rerun`, skipping everything that rebuilt the list."""
         recording = getattr(self._local, "sequence", None)
         if recording is not None:  # vkcore.sequence: the steps go there instead
             recording.add(dispatches)
@@ -182,6 +199,7 @@ class Submitter(SequenceHooks):
             dev.check()
             key = self._keys.of(dispatches, timed)
             self._seconds, self._seconds_pending = None, False
+            rec = None
             if key is not None and self._repeats(key):
                 rec = self._recorded_for(key, dispatches, timed)
                 assert rec.batch is not None
@@ -190,7 +208,29 @@ class Submitter(SequenceHooks):
                 self._run_once(dispatches, timed)
             self._seconds_pending = timed
             dev.check()
-            return self.last_device_seconds if read_seconds else None
+            return rec
+
+    def rerun(self, rec: Recorded) -> bool:
+        """Resubmit ``rec`` (from :meth:`run_kept`) and wait, as a repeat of its call
+        would: False, having done nothing, once it is no longer kept (a buffer or pipeline
+        it binds was destroyed, or it was evicted), when calls are now timed otherwise, or
+        while a sequence records this thread's calls. The caller answers for the rest:
+        that its call would have built exactly the same dispatches."""
+        if getattr(self._local, "sequence", None) is not None:
+            return False
+        dev = self.device
+        with dev.lock:
+            if rec.released or rec.timed != (self.timed and self.timestamps):
+                return False
+            dev.check()
+            self._seconds, self._seconds_pending = None, False
+            self._recorded.move_to_end(rec.key)
+            self.reuse_hits += 1
+            assert rec.batch is not None
+            self._submit_and_wait(rec.batch)
+            self._seconds_pending = rec.timed
+            dev.check()
+            return True
 
     def _repeats(self, key: tuple[Any, ...]) -> bool:
         """Whether ``key`` was seen recently (a call worth keeping the recording of)."""
@@ -229,7 +269,7 @@ class Submitter(SequenceHooks):
 
     def _recorded_for(
         self, key: tuple[Any, ...], dispatches: Sequence[Dispatch], timed: bool
-    ) -> _Recorded:
+    ) -> Recorded:
         kept = self._recorded.get(key)
         if kept is not None:
             self._recorded.move_to_end(key)
@@ -237,14 +277,10 @@ class Submitter(SequenceHooks):
             return kept
         # Kept only once fully recorded; on any failure what was made so far is freed.
         sets: list[Any] = []
-        rec: _Recorded | None = None
+        rec: Recorded | None = None
         try:
             self._descriptor_sets(dispatches, sets)
-            rec = _Recorded(
-                self.allocate_command_buffer(),
-                sets,
-                _bound_ids(dispatches),
-            )
+            rec = Recorded(self.allocate_command_buffer(), sets, _bound_ids(dispatches), key, timed)
             rec.batch = Batch(rec.command_buffer, self.lead_command_buffer)
             pool = self.query_pool if timed else None
             commands.record_dispatches(
@@ -311,7 +347,8 @@ class Submitter(SequenceHooks):
             out.append(time.perf_counter() - start)
         return out
 
-    def _release_recorded(self, rec: _Recorded) -> None:
+    def _release_recorded(self, rec: Recorded) -> None:
+        rec.released = True
         if self.device.handle is not None:
             self.free_sets(rec.sets)
             self.free_command_buffer(rec.command_buffer)
@@ -360,7 +397,8 @@ class Submitter(SequenceHooks):
         work is finished before this returns or raises)."""
         call = self.call
         assert call is not None
-        call.settle()  # an earlier call cut short before it was settled
+        if call.unsettled:
+            call.settle()  # an earlier call cut short before it was settled
         info = self.submit_info(batch)
         try:
             call.submit(info)

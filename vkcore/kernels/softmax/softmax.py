@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from vkcore.compute.repeat import SMALL_CALL_BYTES, Repeat, Repeats
 from vkcore.compute.tensor import Tensor, check_on_device, device_for
 from vkcore.device.device import Device, resolve
 from vkcore.device.memory.buffer import Buffer
@@ -81,9 +82,56 @@ def log_softmax(
     return _normalized(x, axis, algorithm, out, device, log=True)
 
 
+# Small calls kept for an exact repeat (vkcore.compute.repeat), by signature.
+_repeats = Repeats()
+_F32 = np.dtype(np.float32)
+
+
+def _repeated(x: Any, axis: Any, algorithm: str, out: Any, device: Device | None, log: bool) -> Any:
+    """The result of a call that repeats a kept one (the full call's result), else None.
+    A repeat is a C-contiguous float32 array (or a float32 Tensor with a Tensor ``out``)
+    of a kept call's shape, with the same int ``axis``, ``algorithm`` and ``log``."""
+    if type(axis) is not int:
+        return None
+    if type(x) is np.ndarray:
+        if x.dtype != _F32 or not x.flags.c_contiguous or not _plain_out(out, x.shape):
+            return None
+        dev = resolve(device)
+        repeat = _repeats.get(dev, (x.shape, axis, algorithm, log))
+        if repeat is None:
+            return None
+        y = np.empty(x.shape, _F32) if out is None else out
+        return y if repeat.run((x, y)) else None
+    if type(x) is Tensor and type(out) is Tensor and x.dtype == _F32 and out.dtype == _F32:
+        if x.shape != out.shape or (device is not None and device is not x.device):
+            return None
+        key = (x.shape, axis, algorithm, log, id(x.buffer), id(out.buffer))
+        repeat = _repeats.get(x.device, key)
+        if repeat is None or not repeat.binds((x.buffer, out.buffer)):
+            return None
+        return out if repeat.run(()) else None
+    return None
+
+
+def _plain_out(out: Any, shape: tuple[int, ...]) -> bool:
+    """``out`` is None, or a float32 array a repeat writes as the full call would."""
+    if out is None:
+        return True
+    return (
+        type(out) is np.ndarray
+        and out.dtype == _F32
+        and out.shape == shape
+        and out.flags.c_contiguous
+        and out.flags.writeable
+    )
+
+
 def _normalized(
     x: Any, axis: Any, algorithm: str, out: Any, device: Device | None, log: bool
 ) -> Any:
+    repeated = _repeated(x, axis, algorithm, out, device, log)
+    if repeated is not None:
+        return repeated
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {shown(algorithm)}")
     data = c.row_input(x, "x", device)  # inside a sequence: a Tensor
@@ -96,7 +144,11 @@ def _normalized(
                 "a Tensor is normalized over its last axes only (axis=-1, a tuple of the "
                 f"last axes, or None), got axis={shown(axis)}"
             )
-        return _softmax_tensor(data, len(row_axes), algorithm, log, _tensor_out(out, data, x))
+        y = _tensor_out(out, data, x)
+        key = None
+        if y is not None and y.buffer is not None and type(axis) is int and data.dtype == _F32:
+            key = (data.shape, axis, algorithm, log, id(data.buffer), id(y.buffer))
+        return _softmax_tensor(data, len(row_axes), algorithm, log, y, key)
     dev = resolve(device)
     if isinstance(out, Tensor):
         raise TypeError("out must be a numpy array for a numpy x (a Tensor out takes a Tensor x)")
@@ -116,12 +168,23 @@ def _normalized(
         # Written straight into ``out`` where its layout is the rows' own.
         result = target if target is not None and trailing else c.result_array(dev, shape)
         if rows.size:
-            _softmax_numpy(dev, rows, result.reshape(rows.shape), algorithm, log)
+            key = _numpy_key(x, axis, algorithm, out, log) if trailing else None
+            _softmax_numpy(dev, rows, result.reshape(rows.shape), algorithm, log, key)
     if target is None:
         return restore(result)
     if result is not target:
         np.copyto(target, restore(result))
     return target
+
+
+def _numpy_key(x: Any, axis: Any, algorithm: str, out: Any, log: bool) -> Any:
+    """The signature a repeat of this call is found by (:func:`_repeated`), or None for a
+    call a repeat would not make the same way (a converted or strided input, a large one,
+    an ``out`` it would not write directly)."""
+    plain = type(x) is np.ndarray and x.dtype == _F32 and x.flags.c_contiguous
+    if not plain or type(axis) is not int or x.nbytes > SMALL_CALL_BYTES:
+        return None
+    return (x.shape, axis, algorithm, log) if _plain_out(out, x.shape) else None
 
 
 def _separate_or_same(a: np.ndarray, b: np.ndarray) -> bool:
@@ -196,12 +259,13 @@ def _softmax_imported(
 
 
 def _softmax_numpy(
-    dev: Device, arr: np.ndarray, out: np.ndarray, algorithm: str, log: bool
+    dev: Device, arr: np.ndarray, out: np.ndarray, algorithm: str, log: bool, key: Any = None
 ) -> None:
     """Softmax of the C-contiguous float32 ``arr`` into ``out`` through pooled buffers.
 
     A repeated call of the same shape gets the same buffers back from the device's pool,
-    so the device resubmits the command buffer it recorded the first time.
+    so the device resubmits the command buffer it recorded the first time; once it keeps
+    one, a call with a signature ``key`` keeps the buffers too, for an exact repeat.
     """
     n = arr.shape[-1]
     rows = arr.size // n
@@ -220,15 +284,19 @@ def _softmax_numpy(
         else:
             parts = c.dummy_buffer(dev)
         steps = dispatches(dev, p, algorithm, x, y, parts, log=log)
-        dev.run(steps)
+        kept = dev.run(steps)
         y.read(out)
+        if kept is not None and key is not None:
+            repeat = Repeat(dev, kept, [(0, x)], [(1, y)], owned=borrowed)
+            borrowed = []  # the repeat's now, given back with it
+            _repeats.put(dev, key, repeat)
     finally:
         for buf in borrowed:
             pool.release(buf)
 
 
 def _softmax_tensor(
-    x: Tensor, row_ndim: int, algorithm: str, log: bool, out: Tensor | None
+    x: Tensor, row_ndim: int, algorithm: str, log: bool, out: Tensor | None, key: Any = None
 ) -> Tensor:
     """Rows of the last ``row_ndim`` axes of ``x``, into ``out`` (which may be ``x``:
     every element is read by the invocation that writes it, before it writes it) or
@@ -247,10 +315,15 @@ def _softmax_tensor(
     y = out if out is not None else Tensor(pool.lease(x.nbytes), x.shape, np.dtype(np.float32), dev)
     assert x.buffer is not None and y.buffer is not None
     parts = pool.acquire(rows * p.nchunks * 16) if p.nchunks > 1 else c.dummy_buffer(dev)
+    borrowed = [parts] if p.nchunks > 1 else []
     try:
         steps = dispatches(dev, p, algorithm, x.buffer, y.buffer, parts, log=log)
-        dev.run(steps)
+        kept = dev.run(steps)
+        if kept is not None and key is not None:  # an exact repeat binds the same two
+            repeat = Repeat(dev, kept, (), (), (x.buffer, y.buffer), owned=borrowed)
+            borrowed = []
+            _repeats.put(dev, key, repeat)
     finally:
-        if p.nchunks > 1:
-            pool.release(parts)
+        for buf in borrowed:
+            pool.release(buf)
     return y
