@@ -33,6 +33,15 @@ import vkcore
 CHILD_SECONDS = 30
 
 
+SCALE = """#version 450
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) readonly buffer X { float x[]; };
+layout(std430, binding = 1) buffer Y { float y[]; };
+layout(push_constant) uniform P { float a; uint n; } pc;
+void main() { uint i = gl_GlobalInvocationID.x; if (i < pc.n) y[i] = pc.a * x[i]; }
+"""
+
+
 def fail(msg: str) -> None:
     print(f"FAIL {msg}", flush=True)
 
@@ -59,6 +68,10 @@ def child_kernels(state: dict) -> int:
         "softmax numpy": lambda: vkcore.softmax(x, device=dev),
         "softmax safe": lambda: vkcore.softmax(x, algorithm="safe", device=dev),
         "softmax Tensor": lambda: vkcore.softmax(t),
+        "softmax Tensor repeated": lambda: vkcore.softmax(t, out=state["out"]),
+        "Program repeated": lambda: state["scale"](
+            x.reshape(-1), state["y"], groups=x.size // 64, a=2.0, n=x.size
+        ),
         "Tensor.numpy": lambda: t.numpy(),
         "asarray": lambda: vkcore.asarray(x, device=dev),
         "quantize": lambda: vkcore.quantize(x, device=dev),
@@ -81,7 +94,7 @@ def child_kernels(state: dict) -> int:
         ok = False
     dev.close()  # no Vulkan call on the parent's objects, no hang
     qt.release()
-    for name in ("t", "qt", "f32", "dev", "default"):
+    for name in ("t", "qt", "f32", "dev", "default", "out", "scale"):
         del state[name]
     gc.collect()
     vkcore.default_device().close()
@@ -124,6 +137,16 @@ def parent_state() -> dict:
     vkcore.softmax(x)  # the default device has run a kernel too
     vkcore.softmax(state["t"])
     vkcore.matvec(state["qt"], x[0], activations="uint8")
+    # Calls kept for an exact repeat (vkcore.compute.repeat): the child's repeat must
+    # refuse as the full call does, not copy into the parent's mappings.
+    out = vkcore.Tensor.empty(x.shape, np.float32, dev)
+    state["scale"] = prog = vkcore.Program(SCALE, device=dev)
+    y = np.empty(x.size, np.float32)
+    for _ in range(3):
+        vkcore.softmax(x, device=dev)
+        vkcore.softmax(state["t"], out=out)
+        prog(x.reshape(-1), y, groups=x.size // 64, a=2.0, n=x.size)
+    state["out"], state["y"] = out, y
     return state
 
 

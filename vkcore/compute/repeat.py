@@ -77,6 +77,9 @@ class Repeat:
         with dev.lock:
             if self.kept.released:
                 return False
+            # Closed, or a forked child's (whose mappings may be shared with the parent's
+            # device): raised as the full call raises it, before anything is copied.
+            dev.check()
             # Written before rerun may refuse (inside a sequence): the staging buffers are
             # the repeat's own, which no sequence binds.
             for i, buf in self.inputs:
