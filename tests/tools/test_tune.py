@@ -187,8 +187,20 @@ def test_device_time_sums_every_submission_of_a_call(device):
     with tuner.timing.device_seconds(device) as spent:
         twice()
     assert len(spent) == 2 and all(t > 0 for t in spent)
-    assert "run" not in vars(device.submitter)  # the submitter's own method is back
+    twice()
+    assert len(spent) == 2, "nothing is counted after the block"
+    assert not device.timed, "calls are untimed again after the block"
     x.buffer.destroy()
+
+
+def test_device_time_counts_exact_repeats(device, rng):
+    """Kept calls (vkcore.compute.repeat) resubmit without a new recording: the tuner
+    still times each one, and with timestamps."""
+    x = rng.standard_normal((4, 256)).astype(np.float32)
+    with tuner.timing.device_seconds(device) as spent:
+        for _ in range(6):
+            vkcore.softmax(x, device=device)
+    assert len(spent) == 6 and all(t > 0 for t in spent)
 
 
 def test_best_chooses_the_smallest_sum_over_paths():

@@ -32,6 +32,19 @@ def _text(name: str) -> str | None:
     return value.strip()
 
 
+# The variables that choose a kernel's variant at every call (not once per device or
+# process): an exact repeat of a kept call (vkcore.compute.repeat) holds only under the
+# same values. (LP_NUM_THREADS, read for planning too, sizes lavapipe's thread pool when
+# the device is created, and the plans made from it are memoized by shape.)
+PER_CALL = ("VKCORE_TEXEL", "VKCORE_DEVICE_SCALES")
+
+
+def per_call_values() -> tuple[str | None, ...]:
+    """The raw values of :data:`PER_CALL` (parsed where they are used)."""
+    get = os.environ.get
+    return get("VKCORE_TEXEL"), get("VKCORE_DEVICE_SCALES")  # PER_CALL, unrolled
+
+
 def warn_ignored(name: str, value: str, why: str, default: object) -> None:
     """The one warning for an unusable value (once per variable and value)."""
     with _warned_lock:

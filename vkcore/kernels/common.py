@@ -16,6 +16,7 @@ from vkcore.device.device import Device, resolve
 from vkcore.device.memory.buffer import Buffer
 from vkcore.device.memory.host_buffer import HOST_SHARING_MIN_BYTES as POOLED_RESULT_BYTES
 from vkcore.device.memory.pools import host_pool
+from vkcore.kernels import tuning
 
 _FLOAT_KINDS = ("f",)
 _dummies: PerDeviceMap[Buffer] = PerDeviceMap()
@@ -139,6 +140,14 @@ def dummy_buffer(device: Device) -> Buffer:
         buf.reusable = True  # lives as long as the device: recorded commands may keep it
         _dummies[device] = buf
     return buf
+
+
+def call_context() -> tuple[Any, ...]:
+    """What a kernel call reads besides its arguments and its device: the per-call
+    environment variables and the tuned parameters' generation. Part of every kernel's
+    exact-repeat signature (vkcore.compute.repeat): a kept call repeats only under the
+    same, so ``VKCORE_TEXEL=0`` or a ``vkcore tune`` trial takes effect at once."""
+    return (*config.per_call_values(), tuning.generation())
 
 
 def parallelism(device: Device) -> int:

@@ -149,6 +149,15 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+_generation = [0]  # bumped whenever memoized choices may change (a trial, a forget)
+
+
+def generation() -> int:
+    """How many times the memoized choices may have changed: a kept call (an exact
+    repeat's, vkcore.compute.repeat) made under another generation is not a repeat."""
+    return _generation[0]
+
+
 def choice(device: Device, name: str) -> Any:
     """A tuned parameter for ``device`` or None (read once per device, then memoized)."""
     if name not in PARAMETERS:
@@ -164,6 +173,7 @@ def forget(device: Device) -> None:
     """Drop the memoized choices of ``device`` (after a tune or a reset)."""
     with _lock:
         _choices.pop(device, None)
+        _generation[0] += 1
 
 
 @contextlib.contextmanager
@@ -175,6 +185,7 @@ def trial(device: Device, name: str, value: int) -> Iterator[None]:
         tried = dict(saved if saved is not None else load(device))
         tried[name] = value
         _choices[device] = tried
+        _generation[0] += 1
     try:
         yield
     finally:
@@ -183,6 +194,7 @@ def trial(device: Device, name: str, value: int) -> Iterator[None]:
                 _choices.pop(device, None)
             else:
                 _choices[device] = saved
+            _generation[0] += 1
 
 
 def candidates(device: Device) -> list[int]:

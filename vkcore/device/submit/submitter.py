@@ -109,6 +109,7 @@ class Submitter(SequenceHooks):
         self._seconds: float | None = None
         self._seconds_pending = False  # timestamps written by the latest run, not yet read
         self.reuse_hits = 0  # submissions of an already recorded command buffer
+        self._observers: list[list[tuple[float, float | None]]] = []  # see observed()
 
     def _create(self) -> None:
         dev = self.device
@@ -196,6 +197,7 @@ class Submitter(SequenceHooks):
         dev = self.device
         timed = (self.timed if timed is None else timed) and self.timestamps
         with dev.lock:
+            started = time.perf_counter() if self._observers else 0.0
             dev.check()
             key = self._keys.of(dispatches, timed)
             self._seconds, self._seconds_pending = None, False
@@ -208,6 +210,8 @@ class Submitter(SequenceHooks):
                 self._run_once(dispatches, timed)
             self._seconds_pending = timed
             dev.check()
+            if self._observers:
+                self._observe(started)
             return rec
 
     def rerun(self, rec: Recorded) -> bool:
@@ -222,6 +226,7 @@ class Submitter(SequenceHooks):
         with dev.lock:
             if rec.released or rec.timed != (self.timed and self.timestamps):
                 return False
+            started = time.perf_counter() if self._observers else 0.0
             dev.check()
             self._seconds, self._seconds_pending = None, False
             self._recorded.move_to_end(rec.key)
@@ -230,7 +235,32 @@ class Submitter(SequenceHooks):
             self._submit_and_wait(rec.batch)
             self._seconds_pending = rec.timed
             dev.check()
+            if self._observers:
+                self._observe(started)
             return True
+
+    @contextlib.contextmanager
+    def observed(self, *, timed: bool = False) -> Iterator[list[tuple[float, float | None]]]:
+        """Inside the block, every call's submission (:meth:`run`, :meth:`run_kept`,
+        :meth:`rerun`, from any thread) appends ``(wall seconds, device seconds or
+        None)`` to the yielded list; with ``timed``, calls write timestamps meanwhile (as
+        ``Device(timed=True)``). What the tuner and the cold/warm tool time calls by."""
+        seen: list[tuple[float, float | None]] = []
+        with self.device.lock:
+            saved = self.timed
+            self._observers.append(seen)
+            self.timed = saved or timed
+        try:
+            yield seen
+        finally:
+            with self.device.lock:
+                self._observers = [o for o in self._observers if o is not seen]
+                self.timed = saved
+
+    def _observe(self, started: float) -> None:
+        seen = (time.perf_counter() - started, self.last_device_seconds)
+        for observer in self._observers:
+            observer.append(seen)
 
     def _repeats(self, key: tuple[Any, ...]) -> bool:
         """Whether ``key`` was seen recently (a call worth keeping the recording of)."""

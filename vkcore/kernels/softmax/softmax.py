@@ -97,7 +97,7 @@ def _repeated(x: Any, axis: Any, algorithm: str, out: Any, device: Device | None
         if x.dtype != _F32 or not x.flags.c_contiguous or not _plain_out(out, x.shape):
             return None
         dev = resolve(device)
-        repeat = _repeats.get(dev, (x.shape, axis, algorithm, log))
+        repeat = _repeats.get(dev, (x.shape, axis, algorithm, log, c.call_context()))
         if repeat is None:
             return None
         y = np.empty(x.shape, _F32) if out is None else out
@@ -105,7 +105,7 @@ def _repeated(x: Any, axis: Any, algorithm: str, out: Any, device: Device | None
     if type(x) is Tensor and type(out) is Tensor and x.dtype == _F32 and out.dtype == _F32:
         if x.shape != out.shape or (device is not None and device is not x.device):
             return None
-        key = (x.shape, axis, algorithm, log, id(x.buffer), id(out.buffer))
+        key = (x.shape, axis, algorithm, log, id(x.buffer), id(out.buffer), c.call_context())
         repeat = _repeats.get(x.device, key)
         if repeat is None or not repeat.binds((x.buffer, out.buffer)):
             return None
@@ -145,9 +145,10 @@ def _normalized(
                 f"last axes, or None), got axis={shown(axis)}"
             )
         y = _tensor_out(out, data, x)
-        key = None
+        key: tuple[Any, ...] | None = None
         if y is not None and y.buffer is not None and type(axis) is int and data.dtype == _F32:
             key = (data.shape, axis, algorithm, log, id(data.buffer), id(y.buffer))
+            key += (c.call_context(),)
         return _softmax_tensor(data, len(row_axes), algorithm, log, y, key)
     dev = resolve(device)
     if isinstance(out, Tensor):
@@ -184,7 +185,9 @@ def _numpy_key(x: Any, axis: Any, algorithm: str, out: Any, log: bool) -> Any:
     plain = type(x) is np.ndarray and x.dtype == _F32 and x.flags.c_contiguous
     if not plain or type(axis) is not int or x.nbytes > SMALL_CALL_BYTES:
         return None
-    return (x.shape, axis, algorithm, log) if _plain_out(out, x.shape) else None
+    if not _plain_out(out, x.shape):
+        return None
+    return (x.shape, axis, algorithm, log, c.call_context())
 
 
 def _separate_or_same(a: np.ndarray, b: np.ndarray) -> bool:

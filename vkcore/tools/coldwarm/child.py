@@ -7,6 +7,7 @@ before ``import vkcore``, so the ``import`` stage is real.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -40,10 +41,11 @@ def probe(
     imported = time.perf_counter()
     dev = vkcore.Device(validation=False, timed=True)  # reports device seconds
     startup = {"import": imported - started, "device": time.perf_counter() - imported}
-    submissions = _record_submissions(dev)
+    stack = contextlib.ExitStack()  # every submission's timings (Submitter.observed)
     known_cases = {**KERNELS, **(cases or {})}
     results = {}
     try:
+        submissions = stack.enter_context(dev.submitter.observed())
         for index, name in enumerate(kernel_names):
             result = _time_kernel(dev, known_cases[name], startup, submissions)
             if index:  # import and device creation happen once, before the first kernel
@@ -52,6 +54,7 @@ def probe(
         evidence = _cache_evidence(dev.pipeline_cache)
         info = dev.info
     finally:
+        stack.close()
         t1 = time.perf_counter()
         dev.close()
         close_seconds = time.perf_counter() - t1
@@ -68,21 +71,6 @@ def probe(
         },
         "env": {k: os.environ.get(k) for k in REPORTED_ENV},
     }
-
-
-def _record_submissions(dev: vkcore.Device) -> Submissions:
-    """From now on every ``dev.submitter.run`` appends its timings to the returned list."""
-    submissions: Submissions = []
-    original_run = dev.submitter.run
-
-    def timed_run(*args: Any, **kwargs: Any) -> float | None:
-        start = time.perf_counter()
-        device_time = original_run(*args, **kwargs)
-        submissions.append((time.perf_counter() - start, device_time))
-        return device_time
-
-    dev.submitter.run = timed_run  # type: ignore[method-assign]
-    return submissions
 
 
 def _time_kernel(
@@ -105,7 +93,7 @@ def _time_kernel(
         "spirv": sum(p["spirv_seconds"] for p in created),
         "module": sum(p["module_seconds"] for p in created),
         "pipeline": sum(p["create_seconds"] for p in created),
-        # None, not 0, if a kernel ever bypasses submitter.run: never a silent zero.
+        # None, not 0, if a kernel ever bypasses submitter.run_kept: never a silent zero.
         "first_dispatch": sum(w for w, _ in first) if first else None,
         "second_dispatch": sum(w for w, _ in second) if second else None,
         "first_result": first_result,

@@ -22,20 +22,12 @@ def clock(device: Device) -> str:
 def device_seconds(device: Device) -> Iterator[list[float]]:
     """Inside the block, the device seconds of every submission are appended to the
     yielded list (a kernel call may submit more than once, e.g. one per row chunk)."""
-    sub = device.submitter
-    original = sub.run
     spent: list[float] = []
-
-    def run(dispatches: Any, *, timed: bool = True, read_seconds: bool = True) -> float | None:
-        out = original(dispatches, timed=timed, read_seconds=read_seconds)
-        spent.append(sub.last_device_seconds or 0.0)
-        return out
-
-    setattr(sub, "run", run)  # noqa: B010 - an instance attribute shadows the method
-    try:
-        yield spent
-    finally:
-        delattr(sub, "run")
+    with device.submitter.observed(timed=True) as seen:
+        try:
+            yield spent
+        finally:
+            spent.extend(secs or 0.0 for _, secs in seen)
 
 
 def seconds(device: Device, call: Callable[[], Any], kind: str) -> float:
