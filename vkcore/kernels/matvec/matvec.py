@@ -44,9 +44,9 @@ from vkcore.kernels import common as c
 from vkcore.kernels.matvec import batch as batch
 from vkcore.kernels.matvec import groups as mg
 from vkcore.kernels.matvec.args import check_call
-from vkcore.kernels.matvec.f32matrix import f32_weights
+from vkcore.kernels.matvec.f32matrix import F32Matrix, f32_weights
 from vkcore.kernels.matvec.program import MODE_F32, MODES
-from vkcore.kernels.matvec.vector import run
+from vkcore.kernels.matvec.vector import repeated, run
 from vkcore.kernels.quant.qtensor import QuantizedTensor
 
 
@@ -57,6 +57,10 @@ def matvec_f32(w: Any, x: Any, *, bias: Any = None, device: Device | None = None
     (already resident). ``x``: numpy vector or Tensor of length n; numpy in, numpy out.
     An ``x`` of shape ``(n, b)`` is a batch: :func:`vkcore.kernels.matvec.batch.matvec_f32`.
     """
+    if isinstance(w, F32Matrix):
+        y = repeated(w, x, bias, MODE_F32, device)  # vkcore.compute.repeat
+        if y is not None:
+            return y
     with f32_weights(w, device) as mat:  # inside a sequence: numpy uploaded as Tensors
         x, bias = c.as_recorded(x, mat.device), c.as_recorded(bias, mat.device)
         if batch.is_batch(x):  # all b columns in one call
@@ -79,7 +83,11 @@ def matvec(
     ``activations``: "float", "int8" or "uint8". An ``x`` of shape ``(n, b)`` is a batch:
     :func:`vkcore.kernels.matvec.batch.matvec`.
     """
-    if isinstance(qt, QuantizedTensor):  # inside a sequence: numpy uploaded as Tensors
+    if isinstance(qt, QuantizedTensor):
+        y = repeated(qt, x, bias, MODES.get(activations), device)  # vkcore.compute.repeat
+        if y is not None:
+            return y
+        # inside a sequence: numpy uploaded as Tensors
         x, bias = c.as_recorded(x, qt.device), c.as_recorded(bias, qt.device)
     if batch.is_batch(x):  # all b columns in one call
         return batch.matvec(qt, x, bias=bias, activations=activations, device=device)
