@@ -15,7 +15,7 @@ from vkcore.compute.tensor import Tensor, asarray
 from vkcore.device.device import Device, resolve
 from vkcore.device.memory.buffer import Buffer
 from vkcore.device.memory.host_buffer import HOST_SHARING_MIN_BYTES as POOLED_RESULT_BYTES
-from vkcore.device.memory.pools import host_pool
+from vkcore.device.memory.pools import buffer_pool, host_pool
 from vkcore.kernels import tuning
 
 _FLOAT_KINDS = ("f",)
@@ -129,6 +129,17 @@ def result_array(device: Device, shape: tuple[int, ...]) -> np.ndarray:
     if math.prod(shape) * 4 >= POOLED_RESULT_BYTES:
         return host_pool(device).empty(shape, np.float32)[0]
     return np.empty(shape, dtype=np.float32)
+
+
+def result_tensor(device: Device, shape: tuple[int, ...], dtype: Any = np.float32) -> Tensor:
+    """A new output Tensor over a buffer leased from the device's pool: no buffer to
+    create (tens of microseconds through the binding), and its memory goes back to the
+    pool (pages already touched) when the Tensor's buffer is destroyed or collected."""
+    dt = np.dtype(dtype)
+    nbytes = math.prod(shape) * dt.itemsize
+    if nbytes == 0:
+        return Tensor.empty(shape, dt, device)
+    return Tensor(buffer_pool(device).lease(nbytes), shape, dt, device)
 
 
 def dummy_buffer(device: Device) -> Buffer:

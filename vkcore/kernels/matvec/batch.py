@@ -327,7 +327,7 @@ def _run_whole(
     """y, bias, scales and zero points each bound whole (they fit one binding)."""
     dev = mat.device
     m, b = mat.shape[0], layout.b
-    y_tensor = Tensor.empty((m, b), np.float32, dev) if tensor_out else None
+    y_tensor = c.result_tensor(dev, (m, b)) if tensor_out else None
     ybuf = y_tensor.buffer if y_tensor is not None else mat.scratch_buffer("yb", 4 * m * b)
     assert ybuf is not None
     bbuf = c.dummy_buffer(dev) if bias is None else input_buffer(mat, bias, "biasb")

@@ -97,7 +97,7 @@ def run(
         if not storage.vectors_fit(dev, m * groups):
             return matvec_by_chunks(mat, mode, xbuf, xv, bv, out_acc)
         bbuf = c.dummy_buffer(dev) if bv is None else input_buffer(mat, bv, "bias")
-        y_tensor = Tensor.empty((count,), np.float32, dev) if isinstance(xv, Tensor) else None
+        y_tensor = c.result_tensor(dev, (count,)) if isinstance(xv, Tensor) else None
         ybuf = y_tensor.buffer if y_tensor is not None else mat.scratch_buffer("y", 4 * count)
         assert ybuf is not None
         made: dict[str, Buffer] = {}  # derived state, kept only once the steps have run

@@ -313,9 +313,7 @@ def _softmax_tensor(
         return tensor_split(x, rows, n, algorithm, log, out)
     p = cached_plan(dev, rows, n)
     pool = buffer_pool(dev)
-    # A leased output buffer goes back to the pool (pages already touched) when the
-    # Tensor's buffer is destroyed or collected, instead of being freed.
-    y = out if out is not None else Tensor(pool.lease(x.nbytes), x.shape, np.dtype(np.float32), dev)
+    y = out if out is not None else c.result_tensor(dev, x.shape)
     assert x.buffer is not None and y.buffer is not None
     parts = pool.acquire(rows * p.nchunks * 16) if p.nchunks > 1 else c.dummy_buffer(dev)
     borrowed = [parts] if p.nchunks > 1 else []
