@@ -243,3 +243,23 @@ def test_write_whole_and_read_whole_refuse_what_they_cannot_copy(device, rng):
         buf.write_whole(x)
     with pytest.raises(RuntimeError, match="released"):
         buf.read_whole(out)
+
+
+def test_a_dropped_repeat_refuses_and_copies_nothing(device, rng, scale):
+    """A thread that found a kept call just before another thread dropped it (its staging
+    buffers back in the pool, perhaps lent to another call) must not copy into them."""
+    from vkcore.compute.repeat import Repeats
+
+    x, y = _fresh(rng), np.zeros(N, np.float32)
+    _kept(scale, x, y, a=2.0, n=N)
+    repeat = scale._kept.repeat
+    table = Repeats()
+    table.put(device, "call", repeat)
+    table.drop(device, "call")  # what an eviction does
+    staged = repeat.inputs[0][1]
+    before = np.empty(N, np.float32)
+    staged.read(before)
+    assert not repeat.run((_fresh(rng), y))
+    after = np.empty(N, np.float32)
+    staged.read(after)
+    np.testing.assert_array_equal(after, before)

@@ -39,7 +39,7 @@ class Repeat:
     of into it after; ``tensors`` are the buffers the call bound for Tensors (a repeat must
     bind the very same objects, see :meth:`binds`)."""
 
-    __slots__ = ("device", "kept", "inputs", "outputs", "_tensors", "owned")
+    __slots__ = ("device", "kept", "inputs", "outputs", "_tensors", "owned", "live")
 
     def __init__(
         self,
@@ -57,6 +57,9 @@ class Repeat:
         self.outputs = tuple(outputs)
         self._tensors = tuple(weakref.ref(b) for b in tensors)
         self.owned = tuple(owned)  # borrowed from the pool for this repeat: given back with it
+        # False once released (under the device lock): a thread that found this repeat
+        # before another dropped it must not copy into buffers the pool has lent since.
+        self.live = True
 
     def binds(self, buffers: Sequence[Buffer | None]) -> bool:
         """Whether ``buffers`` are the very buffers the call bound for its Tensors."""
@@ -75,7 +78,7 @@ class Repeat:
         the kept recording no longer holds (the caller then makes the full call)."""
         dev = self.device
         with dev.lock:
-            if self.kept.released:
+            if not self.live or self.kept.released:
                 return False
             # Closed, or a forked child's (whose mappings may be shared with the parent's
             # device): raised as the full call raises it, before anything is copied.
@@ -91,12 +94,14 @@ class Repeat:
         return True
 
     def release(self) -> None:
-        """Give back the staging buffers this repeat borrowed."""
-        owned, self.owned = self.owned, ()
-        if owned:
-            pool = buffer_pool(self.device)
-            for buf in owned:
-                pool.release(buf)
+        """Retire this repeat and give back the staging buffers it borrowed."""
+        with self.device.lock:
+            self.live = False
+            owned, self.owned = self.owned, ()
+            if owned:
+                pool = buffer_pool(self.device)
+                for buf in owned:
+                    pool.release(buf)
 
 
 # How many kept calls one kernel keeps per device (a decode loop repeats a handful).
