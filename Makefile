@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The README's commands, examples and benchmarks keep their caches in ./cache.
 export VKCORE_CACHE_DIR ?= $(CURDIR)/cache
 
-.PHONY: all setup system venv demo test lint soak bench coldwarm gpu-check wheel clean mesa25
+.PHONY: all setup system venv demo test lint soak bench peers coldwarm gpu-check wheel clean mesa25
 
 all: test
 
@@ -60,6 +60,14 @@ lint: setup
 # Kernels against their baselines (a few minutes); the table on stdout, the plot in cache/.
 bench: setup
 	$(PY) -m vkcore bench $$($(PY) -c 'import matplotlib' 2>/dev/null && echo --plot cache/bench.png)
+
+# vkcore against Kompute (kp), wgpu-py and vkdispatch on one tiny kernel, each in its own
+# process: the peers go into $(PEERS_VENV) on first use (a few minutes: kp is built from its
+# sdist; tests/support/install_peers.sh), then the table on stdout and cache/peers.json.
+PEERS_VENV ?= .venv-peers
+peers: setup
+	bash tests/support/install_peers.sh $(abspath $(PEERS_VENV))
+	$(PY) -m vkcore bench --peers --peers-venv $(PEERS_VENV)
 
 # Cold vs warm pipeline creation, one fresh process per sample (under 2 minutes on lavapipe);
 # draws cache/coldwarm.png when matplotlib is installed.
