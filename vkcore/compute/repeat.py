@@ -39,7 +39,7 @@ class Repeat:
     of into it after; ``tensors`` are the buffers the call bound for Tensors (a repeat must
     bind the very same objects, see :meth:`binds`)."""
 
-    __slots__ = ("device", "kept", "inputs", "outputs", "_tensors", "owned", "live")
+    __slots__ = ("device", "kept", "inputs", "outputs", "_tensors", "owned", "live", "context")
 
     def __init__(
         self,
@@ -50,8 +50,12 @@ class Repeat:
         tensors: Sequence[Buffer] = (),
         *,
         owned: Sequence[Buffer] = (),
+        context: Hashable = None,
     ) -> None:
         self.device = device
+        # What else the call depended on (a kernel's per-call environment): the caller
+        # compares it only once a repeat is found, so a miss costs no reading of it.
+        self.context = context
         self.kept = kept
         self.inputs = tuple(inputs)
         self.outputs = tuple(outputs)

@@ -178,3 +178,43 @@ def test_a_closed_device_raises_on_a_repeat(rng):
     dev.close()
     with pytest.raises(RuntimeError, match="closed"):
         vkcore.softmax(x, device=dev)
+
+
+def _softmax_programs(device):
+    from vkcore.kernels import programs
+
+    return dict(programs.table(device, "softmax"))
+
+
+def test_a_variant_switch_in_the_environment_takes_effect_at_once(rng, monkeypatch):
+    """VKCORE_TEXEL=0 chooses storage-buffer loads at each call: a kept call made with
+    texel loads is not a repeat of one made after the switch."""
+    dev = vkcore.Device(pipeline_cache=False)
+    try:
+        x = _x(rng)
+        monkeypatch.delenv("VKCORE_TEXEL", raising=False)
+        _kept(dev, x)
+        assert all(key[4] is not None for key in _softmax_programs(dev)), "texel loads"
+        monkeypatch.setenv("VKCORE_TEXEL", "0")
+        _close(vkcore.softmax(x, device=dev), x)
+        assert any(key[4] is None for key in _softmax_programs(dev)), "storage loads ran"
+    finally:
+        dev.close()
+
+
+def test_a_tuning_trial_takes_effect_at_once(rng):
+    """A `vkcore tune` trial of another workgroup size: the kernel under trial runs, not
+    the kept call of the previous size."""
+    from vkcore.kernels import tuning
+
+    dev = vkcore.Device(pipeline_cache=False)
+    try:
+        x = _x(rng)
+        _kept(dev, x)
+        sizes = {key[3] for key in _softmax_programs(dev)}
+        other = 64 if 64 not in sizes else 32
+        with tuning.trial(dev, "softmax_workgroup", other):
+            _close(vkcore.softmax(x, device=dev), x)
+        assert other in {key[3] for key in _softmax_programs(dev)}, "the trial's size ran"
+    finally:
+        dev.close()

@@ -38,9 +38,10 @@ def repeated(mat: Any, x: Any, bias: Any, mode: int | None, device: Any) -> np.n
         return None
     if x.dtype != _F32 or not x.flags.c_contiguous or not _plain_bias(bias, mat.shape[0]):
         return None
-    key = (id(mat), mode, x.shape, bias is None, c.call_context())
-    repeat = _repeats.get(mat.device, key)
+    repeat = _repeats.get(mat.device, (id(mat), mode, x.shape, bias is None))
     if repeat is None or not repeat.binds((mat.chunks[0].buffer,)):
+        return None
+    if repeat.context != c.call_context():
         return None
     y = np.empty(mat.shape[0], _F32)
     return y if repeat.run((x, bias, y)) else None
@@ -74,8 +75,10 @@ def _keep(
         return
     xbuf, bbuf, ybuf = bufs
     inputs = [(0, xbuf)] if bias is None else [(0, xbuf), (1, bbuf)]
-    repeat = Repeat(mat.device, kept, inputs, [(2, ybuf)], (mat.chunks[0].buffer,))
-    key = (id(mat), mode, x.shape, bias is None, c.call_context())
+    first = (mat.chunks[0].buffer,)
+    context = c.call_context()
+    repeat = Repeat(mat.device, kept, inputs, [(2, ybuf)], first, context=context)
+    key = (id(mat), mode, x.shape, bias is None)
     _repeats.put(mat.device, key, repeat)
 
 

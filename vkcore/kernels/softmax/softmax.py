@@ -97,17 +97,19 @@ def _repeated(x: Any, axis: Any, algorithm: str, out: Any, device: Device | None
         if x.dtype != _F32 or not x.flags.c_contiguous or not _plain_out(out, x.shape):
             return None
         dev = resolve(device)
-        repeat = _repeats.get(dev, (x.shape, axis, algorithm, log, c.call_context()))
-        if repeat is None:
+        repeat = _repeats.get(dev, (x.shape, axis, algorithm, log))
+        if repeat is None or repeat.context != c.call_context():
             return None
         y = np.empty(x.shape, _F32) if out is None else out
         return y if repeat.run((x, y)) else None
     if type(x) is Tensor and type(out) is Tensor and x.dtype == _F32 and out.dtype == _F32:
         if x.shape != out.shape or (device is not None and device is not x.device):
             return None
-        key = (x.shape, axis, algorithm, log, id(x.buffer), id(out.buffer), c.call_context())
+        key = (x.shape, axis, algorithm, log, id(x.buffer), id(out.buffer))
         repeat = _repeats.get(x.device, key)
         if repeat is None or not repeat.binds((x.buffer, out.buffer)):
+            return None
+        if repeat.context != c.call_context():
             return None
         return out if repeat.run(()) else None
     return None
@@ -148,7 +150,6 @@ def _normalized(
         key: tuple[Any, ...] | None = None
         if y is not None and y.buffer is not None and type(axis) is int and data.dtype == _F32:
             key = (data.shape, axis, algorithm, log, id(data.buffer), id(y.buffer))
-            key += (c.call_context(),)
         return _softmax_tensor(data, len(row_axes), algorithm, log, y, key)
     dev = resolve(device)
     if isinstance(out, Tensor):
@@ -187,7 +188,7 @@ def _numpy_key(x: Any, axis: Any, algorithm: str, out: Any, log: bool) -> Any:
         return None
     if not _plain_out(out, x.shape):
         return None
-    return (x.shape, axis, algorithm, log, c.call_context())
+    return (x.shape, axis, algorithm, log)
 
 
 def _separate_or_same(a: np.ndarray, b: np.ndarray) -> bool:
@@ -290,7 +291,7 @@ def _softmax_numpy(
         kept = dev.run(steps)
         y.read(out)
         if kept is not None and key is not None:
-            repeat = Repeat(dev, kept, [(0, x)], [(1, y)], owned=borrowed)
+            repeat = Repeat(dev, kept, [(0, x)], [(1, y)], owned=borrowed, context=c.call_context())
             borrowed = []  # the repeat's now, given back with it
             _repeats.put(dev, key, repeat)
     finally:
@@ -321,7 +322,9 @@ def _softmax_tensor(
         steps = dispatches(dev, p, algorithm, x.buffer, y.buffer, parts, log=log)
         kept = dev.run(steps)
         if kept is not None and key is not None:  # an exact repeat binds the same two
-            repeat = Repeat(dev, kept, (), (), (x.buffer, y.buffer), owned=borrowed)
+            repeat = Repeat(
+                dev, kept, (), (), (x.buffer, y.buffer), owned=borrowed, context=c.call_context()
+            )
             borrowed = []
             _repeats.put(dev, key, repeat)
     finally:
