@@ -85,3 +85,12 @@ def test_topk_and_lm_head_probes_time_what_they_name(device):
     m = probes.lm_head_matvec(device, 1, shape=(64, 256))
     assert _positive(m["device_ms"], m["weight_gb_per_s"])
     assert math.isclose(m["weight_gb_per_s"], 64 * 256 / m["device_ms"] / 1e6)
+
+
+def test_host_gap_probe_times_every_gap(device):
+    r = probes.host_gap(device, 1, calls=5)
+    costs = r["us_per_submission"]
+    assert sorted(costs) == list(probes.HOST_GAPS_US)
+    assert all(us > 0 for us in costs.values())
+    line = probes.format_probes([r])
+    assert all(f"{gap} us:" in line for gap in probes.HOST_GAPS_US)

@@ -10,7 +10,10 @@ command anyone can run:
   OpenBLAS worker threads keep spinning after a product and take the driver's cores;
 * ``dequantize``: ``vkcore.dequantize`` against numpy's ``s * (q - z)`` on one layer;
 * ``softmax_passes``: the device time of every pass of both softmax algorithms, next to
-  a copy kernel with the same access pattern.
+  a copy kernel with the same access pattern;
+* ``host_gap``: one tiny dispatch resubmitted as the raw floor does, with the host busy
+  for a few microseconds between one wait and the next submission: what each microsecond
+  of Python between calls costs beyond itself.
 
 Each probe alternates its two sides and reports medians of ``repeats`` samples.
 """
@@ -262,6 +265,47 @@ def lm_head_matvec(
     }
 
 
+# Host work between one call's wait and the next submission, in microseconds.
+HOST_GAPS_US = (0, 5, 10, 25, 50)
+
+
+def host_gap(dev: Device, repeats: int, calls: int = 200) -> dict[str, Any]:
+    """The raw floor of one tiny dispatch (``program_cases.TINY``: 256 floats) with the
+    host spinning ``g`` microseconds between submissions, for each ``g`` of HOST_GAPS_US
+    in turn, ``repeats`` rounds; per gap the median microseconds of a submission, the gap
+    itself taken off (what a call's Python costs on top of what it takes)."""
+    from vkcore.tools.bench import program_cases
+
+    prog = vkcore.Program(program_cases.TINY, device=dev)
+    n = program_cases.N
+    x = vkcore.asarray(np.ones(n, np.float32), device=dev)
+    y = vkcore.Tensor.empty((n,), np.float32, dev)
+    step = prog.record(x, y, groups=n // 64, a=2.0, n=n)
+    samples: dict[int, list[float]] = {g: [] for g in HOST_GAPS_US}
+    with timing(dev, False), dev.submitter.raw_floor([step]) as resubmit:
+        for _ in range(repeats):
+            for gap in HOST_GAPS_US:
+                samples[gap].append(_per_submission_us(resubmit, gap * 1e-6, calls))
+    return {
+        "probe": "host_gap",
+        "us_per_submission": {g: statistics.median(v) for g, v in samples.items()},
+    }
+
+
+def _per_submission_us(resubmit: Callable[[], None], gap_s: float, calls: int) -> float:
+    """Median microseconds of ``resubmit()`` after ``gap_s`` of host spinning."""
+    out = []
+    clock = time.perf_counter
+    for _ in range(calls):
+        until = clock() + gap_s
+        while clock() < until:
+            pass
+        start = clock()
+        resubmit()
+        out.append(clock() - start)
+    return statistics.median(out) * 1e6
+
+
 def run_probes(dev: Device, repeats: int = 7) -> list[dict[str, Any]]:
     """Every probe on ``dev``, in a fixed order."""
     return [
@@ -271,6 +315,7 @@ def run_probes(dev: Device, repeats: int = 7) -> list[dict[str, Any]]:
         softmax_passes(dev, repeats),
         topk_rows(dev, repeats),
         lm_head_matvec(dev, repeats),
+        host_gap(dev, repeats),
     ]
 
 
@@ -312,6 +357,11 @@ def format_probes(results: list[dict[str, Any]]) -> str:
                 f"  INT8 matvec {r['shape'][0]}x{r['shape'][1]} (the LM head): "
                 f"{_ms(r['device_ms'])} device ms, {r['weight_gb_per_s']:.1f} GB/s of weights"
             )
+        elif r["probe"] == "host_gap":
+            costs = ", ".join(
+                f"{gap} us: {us:.0f} us" for gap, us in r["us_per_submission"].items()
+            )
+            lines.append(f"  a tiny dispatch resubmitted after host work of {costs}")
         elif r["probe"] == "dequantize":
             lines.append(
                 f"  dequantize {r['shape'][0]}x{r['shape'][1]}: vkcore {r['vkcore_ms']:.1f} ms, "
