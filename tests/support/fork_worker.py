@@ -27,19 +27,11 @@ import sys
 import time
 
 import numpy as np
+from adversarial_programs import SCALE
 
 import vkcore
 
 CHILD_SECONDS = 30
-
-
-SCALE = """#version 450
-layout(local_size_x = 64) in;
-layout(std430, binding = 0) readonly buffer X { float x[]; };
-layout(std430, binding = 1) buffer Y { float y[]; };
-layout(push_constant) uniform P { float a; uint n; } pc;
-void main() { uint i = gl_GlobalInvocationID.x; if (i < pc.n) y[i] = pc.a * x[i]; }
-"""
 
 
 def fail(msg: str) -> None:

@@ -334,19 +334,10 @@ class Buffer(Held):
         for a repeated call's staging: the mapping viewed as the array's dtype and shape
         is kept for the next one, so the copy is one assignment. Anything else goes
         through :meth:`write`."""
-        whole = self._whole
-        if (
-            whole is None
-            or type(data) is not np.ndarray
-            or data.dtype is not whole[0]
-            or data.shape != whole[1]
-            or self._holders
-            or not data.flags.c_contiguous
-        ):
-            whole = self._whole_view(data)
-            if whole is None:
-                self.write(data)
-                return
+        whole = self._whole_for(data)
+        if whole is None:
+            self.write(data)
+            return
         with self._lock:  # as _copy_mapped: no unmapping in the middle of the copy
             if self.handle is None:
                 self._require_alive()
@@ -357,16 +348,7 @@ class Buffer(Held):
     def read_whole(self, out: np.ndarray) -> None:
         """:meth:`read` into a writable C-contiguous array of exactly this buffer's size,
         as cheap as :meth:`write_whole`; anything else goes through :meth:`read`."""
-        whole = self._whole
-        if (
-            whole is None
-            or type(out) is not np.ndarray
-            or out.dtype is not whole[0]
-            or out.shape != whole[1]
-            or self._holders
-            or not out.flags.c_contiguous
-        ):
-            whole = self._whole_view(out)
+        whole = self._whole_for(out)
         if whole is None or not whole[3] or not out.flags.writeable:
             self.read(out)
             return
@@ -376,6 +358,23 @@ class Buffer(Held):
             if not self._coherent:
                 self._sync_mapped(0, self.nbytes, flush=False)
             out[...] = whole[2]
+
+    def _whole_for(
+        self, arr: np.ndarray
+    ) -> tuple[np.dtype, tuple[int, ...], np.ndarray, bool] | None:
+        """The kept view when ``arr`` matches it (the repeated case, in a few
+        comparisons), else :meth:`_whole_view`."""
+        whole = self._whole
+        if (
+            whole is not None
+            and type(arr) is np.ndarray
+            and arr.dtype is whole[0]
+            and arr.shape == whole[1]
+            and not self._holders
+            and arr.flags.c_contiguous
+        ):
+            return whole
+        return self._whole_view(arr)
 
     def _whole_view(
         self, arr: np.ndarray
