@@ -228,7 +228,7 @@ class Program:
             staged = self._held_for(buffers)
             if staged is not None:
                 recorded = self._run_held(buffers, staged, push_bytes, grid)
-                self._keep(recorded, buffers, staged, (), groups, push, values)
+                self._kept = _KeptCall.of(self, recorded, buffers, staged, (), groups, push, values)
                 return
         args = [
             program_args.Argument.of(self.rules, b, x, i)
@@ -247,27 +247,12 @@ class Program:
                 if all(a.tensor is not None or a.held for a in args):
                     tensors = tuple(a.tensor for a in args if a.tensor is not None)
                     held = tuple(a.staged for a in args if a.tensor is None)
-                    self._keep(recorded, buffers, held, tensors, groups, push, values)
+                    self._kept = _KeptCall.of(
+                        self, recorded, buffers, held, tensors, groups, push, values
+                    )
             finally:
                 for a in args:
                     a.give_back(pool)
-
-    def _keep(
-        self,
-        recorded: Recorded | None,
-        buffers: tuple[Any, ...],
-        staged: tuple[Buffer | None, ...],
-        tensors: tuple[Tensor, ...],
-        groups: Any,
-        push: Any,
-        values: dict[str, Any],
-    ) -> None:
-        """Remember a call the device kept the recording of, for an exact repeat
-        (:class:`_KeptCall`); one whose arguments cannot be compared exactly is not kept."""
-        if recorded is None:
-            return
-        kept = _KeptCall.of(self, recorded, buffers, staged, tensors, groups, push, values)
-        self._kept = kept
 
     def _as_tensors(self, buffers: tuple[Any, ...]) -> list[Any]:
         """A call recorded in a sequence: readonly numpy arguments uploaded as Tensors now;
@@ -460,7 +445,7 @@ class _KeptCall:
     def of(
         cls,
         prog: Program,
-        recorded: Recorded,
+        recorded: Recorded | None,
         buffers: tuple[Any, ...],
         staged: tuple[Buffer | None, ...],
         tensors: tuple[Tensor, ...],
@@ -468,9 +453,11 @@ class _KeptCall:
         push: Any,
         values: dict[str, Any],
     ) -> _KeptCall | None:
-        """The kept call, or None for one a repeat could not compare exactly (push
-        values other than plain ints and floats, groups other than ints, an argument of
-        another kind)."""
+        """The call to keep, or None: the device kept no recording of it, or a repeat
+        could not compare it exactly (push values other than plain ints and floats,
+        groups other than ints, an argument of another kind)."""
+        if recorded is None:
+            return None
         types = exact_values(values)
         plain_groups = type(groups) is int or (
             type(groups) is tuple and all(type(g) is int for g in groups)
