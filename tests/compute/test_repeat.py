@@ -263,3 +263,26 @@ def test_a_dropped_repeat_refuses_and_copies_nothing(device, rng, scale):
     after = np.empty(N, np.float32)
     staged.read(after)
     np.testing.assert_array_equal(after, before)
+
+
+@pytest.mark.parametrize("given", ["float64", "list", "big-endian", "strided"])
+def test_a_converted_argument_is_converted_on_every_call(device, rng, scale, given):
+    """An argument the full call converts (or copies) is not bound as its own bytes: a
+    repeat of such a call must convert again, never copy the raw bytes."""
+
+    def arg(values):
+        if given == "float64":
+            return values.astype(np.float64)
+        if given == "list":
+            return values.tolist()
+        if given == "big-endian":
+            return values.astype(">f4")
+        wide = np.zeros(2 * N, np.float32)
+        wide[::2] = values
+        return wide[::2]
+
+    y = np.zeros(N, np.float32)
+    for _ in range(5):
+        xs = _fresh(rng)
+        scale(arg(xs), y, groups=N // 64, a=2.0, n=N)
+        np.testing.assert_array_equal(y, np.float32(2.0) * xs)

@@ -244,7 +244,12 @@ class Program:
                 recorded = dev.run((dispatch,))  # device seconds read on demand
                 for a in args:
                     a.copy_back()
-                if all(a.tensor is not None or a.held for a in args):
+                # Kept only where each array is bound as its own bytes (not converted),
+                # staged in the Program's held buffers: what a repeat copies as it is.
+                if all(
+                    a.tensor is not None or (a.held and a.array is x)
+                    for a, x in zip(args, buffers, strict=True)
+                ):
                     tensors = tuple(a.tensor for a in args if a.tensor is not None)
                     held = tuple(a.staged for a in args if a.tensor is None)
                     self._kept = _KeptCall.of(
