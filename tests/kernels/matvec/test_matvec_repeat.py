@@ -98,3 +98,95 @@ def test_f32_matrix_repeats_follow_the_data(device, rng):
         y = vkcore.matvec_f32(mat, x)
         np.testing.assert_allclose(y, w.astype(np.float64) @ x, rtol=1e-5, atol=1e-4)
     mat.release()
+
+
+@pytest.mark.parametrize("activations", ["float", "int8", "uint8"])
+def test_tensors_into_out_repeat_and_follow_the_data(device, rng, activations):
+    """A decode loop's matvec on device data: x and out the same Tensors every call."""
+    qt = _weights(device, rng, symmetric=activations != "uint8")
+    x = vkcore.asarray(_x(rng), device=device)
+    out = vkcore.Tensor.empty((M,), np.float32, device)
+    for _ in range(3):
+        assert vkcore.matvec(qt, x, activations=activations, out=out) is out
+        vkcore.matvec(qt, _x(rng), activations=activations)  # the numpy path, kept too
+    hits, objects = device.submitter.reuse_hits, device.live_objects()
+    for _ in range(4):
+        xs = _x(rng)
+        x.write(xs)
+        assert vkcore.matvec(qt, x, activations=activations, out=out) is out
+        want = vkcore.matvec(qt, xs, activations=activations)  # the numpy path
+        if activations == "float":
+            np.testing.assert_allclose(out.numpy(), want, rtol=1e-6, atol=1e-6)
+        else:
+            assert np.array_equal(out.numpy(), _want(qt, xs, None, activations))
+    assert device.submitter.reuse_hits >= hits + 4
+    assert device.live_objects() == objects, "a repeat allocates nothing"
+    qt.release()
+
+
+def test_a_tensor_bias_toggled_and_a_new_out_run_the_full_call(device, rng):
+    qt = _weights(device, rng)
+    xs = _x(rng)
+    x = vkcore.asarray(xs, device=device)
+    b = rng.standard_normal(M).astype(np.float32)
+    bias = vkcore.asarray(b, device=device)
+    out = vkcore.Tensor.empty((M,), np.float32, device)
+    for _ in range(3):
+        vkcore.matvec(qt, x, bias=bias, activations="int8", out=out)
+    assert np.array_equal(out.numpy(), _want(qt, xs, b, "int8"))
+    vkcore.matvec(qt, x, activations="int8", out=out)  # no bias now
+    assert np.array_equal(out.numpy(), _want(qt, xs, None, "int8"))
+    out.buffer.destroy()
+    out = vkcore.Tensor.empty((M,), np.float32, device)  # perhaps the same id
+    vkcore.matvec(qt, x, bias=bias, activations="int8", out=out)
+    assert np.array_equal(out.numpy(), _want(qt, xs, b, "int8"))
+    qt.release()
+
+
+def test_out_is_checked(device, rng):
+    qt = _weights(device, rng)
+    xs = _x(rng)
+    x = vkcore.asarray(xs, device=device)
+    with pytest.raises(TypeError, match="out is for a Tensor x"):
+        vkcore.matvec(qt, xs, out=vkcore.Tensor.empty((M,), np.float32, device))
+    with pytest.raises(TypeError, match="out must be a vkcore.Tensor"):
+        vkcore.matvec(qt, x, out=np.empty(M, np.float32))
+    with pytest.raises(ValueError, match=r"shape \(40,\)"):
+        vkcore.matvec(qt, x, out=vkcore.Tensor.empty((M + 1,), np.float32, device))
+    with pytest.raises(ValueError, match="float32"):
+        vkcore.matvec(qt, x, out=vkcore.Tensor.empty((M,), np.int32, device))
+    gone = vkcore.Tensor.empty((M,), np.float32, device)
+    gone.buffer.destroy()
+    with pytest.raises(RuntimeError, match="released"):
+        vkcore.matvec(qt, x, out=gone)
+    batch = vkcore.asarray(rng.standard_normal((N, 3)).astype(np.float32), device=device)
+    with pytest.raises(TypeError, match="batch"):
+        vkcore.matvec(qt, batch, out=vkcore.Tensor.empty((M,), np.float32, device))
+    with pytest.raises((TypeError, ValueError), match="activations"):
+        vkcore.matvec(qt, xs, activations=["int8"])  # unhashable: refused by the full call
+    qt.release()
+
+
+def test_out_on_another_device_is_refused(device, rng):
+    qt = _weights(device, rng)
+    x = vkcore.asarray(_x(rng), device=device)
+    other = vkcore.Device(pipeline_cache=False)
+    try:
+        with pytest.raises(ValueError, match="out"):
+            vkcore.matvec(qt, x, out=vkcore.Tensor.empty((M,), np.float32, other))
+    finally:
+        other.close()
+        qt.release()
+
+
+def test_f32_matrix_tensors_into_out(device, rng):
+    w = rng.standard_normal((M, N)).astype(np.float32)
+    mat = vkcore.F32Matrix(w, device=device)
+    x = vkcore.asarray(_x(rng), device=device)
+    out = vkcore.Tensor.empty((M,), np.float32, device)
+    for _ in range(4):
+        xs = _x(rng)
+        x.write(xs)
+        assert vkcore.matvec_f32(mat, x, out=out) is out
+        np.testing.assert_allclose(out.numpy(), w.astype(np.float64) @ xs, rtol=1e-5, atol=1e-4)
+    mat.release()

@@ -46,26 +46,36 @@ from vkcore.kernels.matvec import groups as mg
 from vkcore.kernels.matvec.args import check_call
 from vkcore.kernels.matvec.f32matrix import F32Matrix, f32_weights
 from vkcore.kernels.matvec.program import MODE_F32, MODES
-from vkcore.kernels.matvec.vector import repeated, run
+from vkcore.kernels.matvec.vector import check_out, repeated, run
 from vkcore.kernels.quant.qtensor import QuantizedTensor
 
 
-def matvec_f32(w: Any, x: Any, *, bias: Any = None, device: Device | None = None) -> Any:
+def matvec_f32(
+    w: Any, x: Any, *, bias: Any = None, out: Any = None, device: Device | None = None
+) -> Any:
     """``y = W x + b`` in float32 on the device: the honest baseline for :func:`matvec`.
 
     ``w`` is a 2-D float array (uploaded for this call) or a :class:`vkcore.F32Matrix`
     (already resident). ``x``: numpy vector or Tensor of length n; numpy in, numpy out.
-    An ``x`` of shape ``(n, b)`` is a batch: :func:`vkcore.kernels.matvec.batch.matvec_f32`.
+    ``out``: as for :func:`matvec`. An ``x`` of shape ``(n, b)`` is a batch:
+    :func:`vkcore.kernels.matvec.batch.matvec_f32`.
     """
     if isinstance(w, F32Matrix):
-        y = repeated(w, x, bias, MODE_F32, device)  # vkcore.compute.repeat
+        y = repeated(w, x, bias, MODE_F32, device, out)  # vkcore.compute.repeat
         if y is not None:
             return y
     with f32_weights(w, device) as mat:  # inside a sequence: numpy uploaded as Tensors
         x, bias = c.as_recorded(x, mat.device), c.as_recorded(bias, mat.device)
         if batch.is_batch(x):  # all b columns in one call
+            _no_batch_out(out)
             return batch.matvec_f32(mat, x, bias=bias, device=device)
-        return run(mat, x, bias, MODE_F32)
+        target = check_out(out, x, mat.shape[0], mat.device)
+        return run(mat, x, bias, MODE_F32, out=target)
+
+
+def _no_batch_out(out: Any) -> None:
+    if out is not None:
+        raise TypeError("out is for a vector x, not a batch (x of shape (n, b))")
 
 
 def matvec(
@@ -74,25 +84,31 @@ def matvec(
     *,
     bias: Any = None,
     activations: str = "float",
+    out: Any = None,
     device: Device | None = None,
 ) -> Any:
     """``y = W_hat x + b`` with quantized weights ``qt``; see the module docstring.
 
     ``x``: a float vector of length n (numpy or a float32 Tensor on qt's device); numpy
     in, numpy out, Tensor in, Tensor out. ``bias``: None or a float vector of length m.
-    ``activations``: "float", "int8" or "uint8". An ``x`` of shape ``(n, b)`` is a batch:
-    :func:`vkcore.kernels.matvec.batch.matvec`.
+    ``activations``: "float", "int8" or "uint8". ``out``: for a Tensor ``x``, a float32
+    Tensor of shape ``(m,)`` that receives y and is returned (a loop that passes the same
+    Tensors repeats its call exactly: docs/performance.md#repeated-calls). An ``x`` of
+    shape ``(n, b)`` is a batch: :func:`vkcore.kernels.matvec.batch.matvec`.
     """
     if isinstance(qt, QuantizedTensor):
-        y = repeated(qt, x, bias, MODES.get(activations), device)  # vkcore.compute.repeat
+        mode = MODES.get(activations) if type(activations) is str else None
+        y = repeated(qt, x, bias, mode, device, out)  # vkcore.compute.repeat
         if y is not None:
             return y
         # inside a sequence: numpy uploaded as Tensors
         x, bias = c.as_recorded(x, qt.device), c.as_recorded(bias, qt.device)
     if batch.is_batch(x):  # all b columns in one call
+        _no_batch_out(out)
         return batch.matvec(qt, x, bias=bias, activations=activations, device=device)
     check_call(qt, activations, device)
-    return run(qt, x, bias, MODES[activations])
+    target = check_out(out, x, qt.shape[0], qt.device)
+    return run(qt, x, bias, MODES[activations], out=target)
 
 
 def integer_accumulators(qt: QuantizedTensor, x: Any, activations: str = "int8") -> np.ndarray:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from vkcore.compute.repeat import SMALL_CALL_BYTES, Repeat, Repeats
-from vkcore.compute.tensor import Tensor
+from vkcore.compute.tensor import Tensor, check_on_device
 from vkcore.device.memory.buffer import Buffer
 from vkcore.device.submit.commands import Dispatch
 from vkcore.kernels import common as c
@@ -26,15 +26,16 @@ _repeats = Repeats()
 _F32 = np.dtype(np.float32)
 
 
-def repeated(mat: Any, x: Any, bias: Any, mode: int | None, device: Any) -> np.ndarray | None:
-    """The result of a numpy call that repeats a kept one, else None (the full call runs):
-    a C-contiguous float32 ``x`` (and ``bias``, or none again) for the same weights, mode
-    and device, under the same per-call context."""
-    if (
-        type(x) is not np.ndarray
-        or mode is None
-        or (device is not None and device is not mat.device)
-    ):
+def repeated(mat: Any, x: Any, bias: Any, mode: int | None, device: Any, out: Any = None) -> Any:
+    """The result of a call that repeats a kept one, else None (the full call runs): a
+    C-contiguous float32 ``x`` (and ``bias``, or none again), or Tensors ``x`` and ``out``
+    (and ``bias``, or none) over the very buffers of the kept call, for the same weights,
+    mode and device, under the same per-call context."""
+    if mode is None or (device is not None and device is not mat.device):
+        return None
+    if type(x) is Tensor:
+        return _repeated_tensors(mat, x, bias, mode, out)
+    if type(x) is not np.ndarray or out is not None:
         return None
     if x.dtype != _F32 or not x.flags.c_contiguous or not _plain_bias(bias, mat.shape[0]):
         return None
@@ -45,6 +46,40 @@ def repeated(mat: Any, x: Any, bias: Any, mode: int | None, device: Any) -> np.n
         return None
     y = np.empty(mat.shape[0], _F32)
     return y if repeat.run((x, bias, y)) else None
+
+
+def _tensor_key(mat: Any, x: Tensor, bias: Any, mode: int, out: Tensor) -> tuple[Any, ...]:
+    return (id(mat), mode, id(x.buffer), None if bias is None else id(bias.buffer), id(out.buffer))
+
+
+def _tensors_bound(mat: Any, x: Tensor, bias: Any, out: Tensor) -> tuple[Any, ...]:
+    """The buffers a Tensor repeat must bind again: the weights', x's, bias's, out's."""
+    first = mat.chunks[0].buffer
+    return (first, x.buffer, out.buffer) + (() if bias is None else (bias.buffer,))
+
+
+def _repeated_tensors(mat: Any, x: Tensor, bias: Any, mode: int, out: Any) -> Tensor | None:
+    if type(out) is not Tensor or not (bias is None or type(bias) is Tensor):
+        return None
+    if x.dtype != _F32 or out.dtype != _F32 or out.shape != (mat.shape[0],):
+        return None
+    if bias is not None and (bias.dtype != _F32 or bias.shape != (mat.shape[0],)):
+        return None
+    repeat = _repeats.get(mat.device, _tensor_key(mat, x, bias, mode, out))
+    if repeat is None or not repeat.binds(_tensors_bound(mat, x, bias, out)):
+        return None
+    if repeat.context != c.call_context():
+        return None
+    return out if repeat.run(()) else None
+
+
+def _keep_tensors(mat: Any, kept: Any, x: Any, bias: Any, mode: int, out: Tensor) -> None:
+    """Keep a call on Tensors into ``out`` whose recording the device kept."""
+    if kept is None or not (bias is None or type(bias) is Tensor) or type(x) is not Tensor:
+        return
+    bound = _tensors_bound(mat, x, bias, out)
+    repeat = Repeat(mat.device, kept, (), (), bound, context=c.call_context())
+    _repeats.put(mat.device, _tensor_key(mat, x, bias, mode, out), repeat)
 
 
 def _plain_bias(bias: Any, m: int) -> bool:
@@ -83,10 +118,16 @@ def _keep(
 
 
 def run(
-    mat: QuantizedTensor | F32Matrix, x: Any, bias: Any, mode: int, out_acc: bool = False
+    mat: QuantizedTensor | F32Matrix,
+    x: Any,
+    bias: Any,
+    mode: int,
+    out_acc: bool = False,
+    out: Tensor | None = None,
 ) -> Any:
     """``y = W x + b`` (or, with ``out_acc``, the int32 accumulators of every group) in
-    ``mode``; numpy in, numpy out, Tensor in, Tensor out."""
+    ``mode``; numpy in, numpy out, Tensor in, Tensor out (``out``, when given: checked by
+    the caller, :func:`check_out`)."""
     dev = mat.device
     mat.check_usable()  # the device is open and mat not released (says which)
     m, n = mat.shape
@@ -100,7 +141,9 @@ def run(
         if not storage.vectors_fit(dev, m * groups):
             return matvec_by_chunks(mat, mode, xbuf, xv, bv, out_acc)
         bbuf = c.dummy_buffer(dev) if bv is None else input_buffer(mat, bv, "bias")
-        y_tensor = c.result_tensor(dev, (count,)) if isinstance(xv, Tensor) else None
+        y_tensor = None
+        if isinstance(xv, Tensor):
+            y_tensor = out if out is not None else c.result_tensor(dev, (count,))
         ybuf = y_tensor.buffer if y_tensor is not None else mat.scratch_buffer("y", 4 * count)
         assert ybuf is not None
         made: dict[str, Buffer] = {}  # derived state, kept only once the steps have run
@@ -115,12 +158,37 @@ def run(
         if "rowsum" in made and isinstance(mat, QuantizedTensor) and not c.recording(dev):
             mat.rowsum = made["rowsum"]
         if y_tensor is not None:
+            if out is not None and not made and not out_acc:
+                _keep_tensors(mat, kept, xv, bv, mode, out)
             return y_tensor
-        out = np.empty(count, dtype=np.float32)
-        ybuf.read(out)
+        y = np.empty(count, dtype=np.float32)
+        ybuf.read(y)
         if not made and not out_acc:  # (a call that made the row sums differs from the next)
             _keep(mat, kept, x, bias, mode, (xbuf, bbuf, ybuf))
-        return out
+        return y
+
+
+def check_out(out: Any, x: Any, m: int, device: Any) -> Tensor | None:
+    """``out`` for a call on ``x``: None, or (for a Tensor ``x``) a float32 Tensor of
+    shape ``(m,)`` on the weights' device, not released."""
+    if out is None:
+        return None
+    if not isinstance(x, Tensor):
+        raise TypeError(
+            "out is for a Tensor x (a numpy x returns a new numpy array), got "
+            f"a {type(x).__name__} x"
+        )
+    if not isinstance(out, Tensor):
+        raise TypeError(f"out must be a vkcore.Tensor, got {type(out).__name__}")
+    check_on_device(out.device, device, "out", "the weights'")
+    if out.dtype != np.float32 or out.shape != (m,):
+        raise ValueError(
+            f"out must be a float32 Tensor of shape ({m},), got a {out.dtype} Tensor of "
+            f"shape {out.shape}"
+        )
+    if out.buffer is None or not out.buffer.alive:
+        raise c.ReleasedError("out is a released Tensor (its buffer was destroyed)")
+    return out
 
 
 def _steps(

@@ -91,7 +91,7 @@ def _repeated(x: Any, axis: Any, algorithm: str, out: Any, device: Device | None
     """The result of a call that repeats a kept one (the full call's result), else None.
     A repeat is a C-contiguous float32 array (or a float32 Tensor with a Tensor ``out``)
     of a kept call's shape, with the same int ``axis``, ``algorithm`` and ``log``."""
-    if type(axis) is not int:
+    if type(axis) is not int or type(algorithm) is not str:  # (hashable, as the full call's)
         return None
     if type(x) is np.ndarray:
         if x.dtype != _F32 or not x.flags.c_contiguous or not _plain_out(out, x.shape):
