@@ -286,3 +286,20 @@ def test_a_converted_argument_is_converted_on_every_call(device, rng, scale, giv
         xs = _fresh(rng)
         scale(arg(xs), y, groups=N // 64, a=2.0, n=N)
         np.testing.assert_array_equal(y, np.float32(2.0) * xs)
+
+
+def test_a_structured_array_is_copied_with_its_padding(device):
+    """A block of mixed scalar types takes any dtype's bytes: a structured array with
+    padding is copied whole, padding included, on a repeat as on the full call."""
+    from vkcore.device.memory.buffer import Buffer
+
+    padded = np.dtype({"names": ["a"], "formats": ["<u4"], "offsets": [0], "itemsize": 8})
+    arr = np.zeros(32, padded)
+    arr.view(np.uint32)[:] = np.arange(64, dtype=np.uint32)  # fields and padding alike
+    buf = Buffer(device, arr.nbytes)
+    for _ in range(3):
+        buf.write_whole(arr)
+        back = np.zeros(32, padded)
+        buf.read_whole(back)
+        np.testing.assert_array_equal(back.view(np.uint32), np.arange(64, dtype=np.uint32))
+    buf.destroy()

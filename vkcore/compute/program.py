@@ -48,6 +48,7 @@ a damaged module is a :class:`vkcore.InvalidSpirvError`). Binding rules (descrip
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -492,6 +493,8 @@ class _KeptCall:
     ) -> bool:
         if groups != self.groups or type(groups) is not type(self.groups):
             return False
+        if type(groups) is tuple and not all(type(g) is int for g in groups):
+            return False  # (4.0, 1, 1) or (4, True, True) equal the kept ints: refused
         if push is not self.push and (type(push) is not bytes or push != self.push):
             return False
         if len(buffers) != len(self.arrays) + len(self.tensor_at):
@@ -505,9 +508,12 @@ class _KeptCall:
             return False
         kept = self.values
         for name, t in self.types:
-            v = values.get(name, kept)  # (a missing name gets the dict: never its type)
-            if type(v) is not t or v != kept[name]:
+            v: Any = values.get(name, kept)  # (a missing name gets the dict: never its type)
+            was: Any = kept[name]
+            if type(v) is not t or v != was:
                 return False
+            if t is float and math.copysign(1.0, v) != math.copysign(1.0, was):
+                return False  # -0.0 == 0.0, but their bits differ
         return True
 
     def _same_arrays(self, buffers: tuple[Any, ...]) -> bool:

@@ -383,8 +383,8 @@ class Buffer(Held):
         (with whether a read may copy in place), or None where the plain path must run: a
         sequence holds the buffer, the buffer is not mapped, or ``arr`` is not a
         C-contiguous array of its size."""
-        if self._holders or not self._fits_whole(arr, 0):
-            return None
+        if self._holders or not self._fits_whole(arr, 0) or not arr.dtype.isbuiltin:
+            return None  # (a structured dtype would be copied field by field, not its padding)
         with self._lock:
             if self._mapped is None:
                 return None
