@@ -51,7 +51,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -512,7 +512,7 @@ class _KeptCall:
             was: Any = kept[name]
             if type(v) is not t or v != was:
                 return False
-            if t is float and math.copysign(1.0, v) != math.copysign(1.0, was):
+            if t is float and math.copysign(1.0, cast(float, v)) != math.copysign(1.0, was):
                 return False  # -0.0 == 0.0, but their bits differ
         return True
 
