@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from vkcore.compute.repeat import SMALL_CALL_BYTES, Repeat, Repeats
 from vkcore.compute.tensor import Tensor, device_for
 from vkcore.device.device import Device, resolve
 from vkcore.device.memory.buffer import Buffer
@@ -78,7 +79,34 @@ def check_axis(axis: Any, ndim: int) -> int:
 
 
 # ------------------------------------------------------------------ calls
+# Small numpy calls kept for an exact repeat (vkcore.compute.repeat), by signature.
+_repeats = Repeats()
+_F32 = np.dtype(np.float32)
+
+
+def _repeated(
+    x: Any, k: Any, axis: Any, device: Device | None, fused: bool
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The result of a numpy call that repeats a kept one (the full call's), else None:
+    a C-contiguous float32 ``x`` of a kept call's shape, the same int ``k`` and ``axis``
+    (the last), under the same per-call context."""
+    if type(x) is not np.ndarray or type(k) is not int or type(axis) is not int:
+        return None
+    if x.dtype != _F32 or not x.flags.c_contiguous:
+        return None
+    repeat = _repeats.get(resolve(device), (x.shape, k, axis, fused))
+    if repeat is None or repeat.context != c.call_context():
+        return None
+    shape = (*x.shape[:-1], k)
+    values = np.empty(shape, np.float32)
+    indices = np.empty(shape, np.int64)
+    return (values, indices) if repeat.run((x, values, indices)) else None
+
+
 def _topk(x: Any, k: Any, axis: Any, device: Device | None, *, fused: bool) -> tuple[Any, Any]:
+    repeated = _repeated(x, k, axis, device, fused)
+    if repeated is not None:
+        return repeated
     data = c.row_input(x, "x", device)  # inside a sequence: a Tensor
     ndim = len(data.shape)
     ax = check_axis(axis, ndim)
@@ -95,17 +123,28 @@ def _topk(x: Any, k: Any, axis: Any, device: Device | None, *, fused: bool) -> t
     flat = rows.reshape(-1, n)
     values = np.empty((flat.shape[0], kk), dtype=np.float32)
     indices = np.empty((flat.shape[0], kk), dtype=np.int64)
+    # Kept for a repeat when the rows are the array itself (no conversion, no move).
+    plain = type(x) is np.ndarray and x.dtype == _F32 and x.flags.c_contiguous
+    keep = (x.shape, k, axis, fused) if plain and ax == ndim - 1 and type(k) is int else None
     if flat.shape[0]:
-        _topk_numpy(dev, flat, kk, fused, values, indices)
+        _topk_numpy(dev, flat, kk, fused, values, indices, keep)
     out_v = np.moveaxis(values.reshape(shape), -1, ax)
     out_i = np.moveaxis(indices.reshape(shape), -1, ax)
     return np.ascontiguousarray(out_v), np.ascontiguousarray(out_i)
 
 
 def _topk_numpy(
-    dev: Device, flat: np.ndarray, k: int, fused: bool, values: np.ndarray, indices: np.ndarray
+    dev: Device,
+    flat: np.ndarray,
+    k: int,
+    fused: bool,
+    values: np.ndarray,
+    indices: np.ndarray,
+    keep: Any = None,
 ) -> None:
-    """Rows of ``flat`` a binding's worth at a time (results into values, indices)."""
+    """Rows of ``flat`` a binding's worth at a time (results into values, indices); a
+    small call of one part, made in one submission, is kept under ``keep`` (a signature)
+    for an exact repeat, with the buffers it used."""
     rows, n = flat.shape
     limit = storage.binding_limit(dev)
     if n * 8 * max(1, k // n) > limit or n * 4 > limit:
@@ -117,12 +156,24 @@ def _topk_numpy(
         count = part.shape[0]
         borrowed = [pool.acquire(part.nbytes), pool.acquire(count * k * 4)]
         borrowed.append(pool.acquire(count * k * 8))
+        kept: list[Any] | None = [] if keep is not None and count == rows else None
         try:
             x, v, i = borrowed
             x.write(part)
-            run(dev, x, count, n, k, v, i, None, fused=fused)
+            run(dev, x, count, n, k, v, i, None, fused=fused, kept=kept)
             v.read(values[r0 : r0 + count])
             i.read(indices[r0 : r0 + count])
+            if kept and flat.nbytes <= SMALL_CALL_BYTES:
+                recorded, scratch = kept
+                owned = [*borrowed, *scratch]
+                outs = [(1, v), (2, i)]
+                repeat = Repeat(
+                    dev, recorded, [(0, x)], outs, owned=owned, context=c.call_context()
+                )
+                borrowed = []  # the repeat's now, given back with it
+                _repeats.put(dev, keep, repeat)
+            elif kept:
+                borrowed += kept[1]
         finally:
             for buf in borrowed:
                 pool.release(buf)
@@ -158,9 +209,13 @@ def run(
     status: Buffer | None,
     *,
     fused: bool,
+    kept: list[Any] | None = None,
 ) -> None:
     """Top-k of ``rows`` rows of ``n`` floats in ``x`` into ``values`` and ``indices``
-    (device buffers); with ``status`` (rows x 4 words) each row's NaN/+inf flag too."""
+    (device buffers); with ``status`` (rows x 4 words) each row's NaN/+inf flag too.
+
+    With ``kept`` (a list), a call made in one submission whose recording the device kept
+    appends that recording and the scratch buffers it binds, which the caller then owns."""
     pool = buffer_pool(dev)
     plan = topk_steps.select_plan(dev, rows, n, k)
     borrowed: list[Buffer] = []
@@ -179,7 +234,10 @@ def run(
                 fused=fused,
                 want_status=status is not None,
             )
-            dev.run(steps)
+            recorded = dev.run(steps)
+            if kept is not None and recorded is not None:
+                kept += [recorded, borrowed]
+                borrowed = []
             return
         stats = status
         if fused and stats is None:  # the row statistics the fused output reads
