@@ -7,11 +7,13 @@ Weights longer than one binding are split by rows into :class:`Chunk`\\ s.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
+from vkcore.compute.repeat import KEPT_PER_KERNEL, Repeat
 from vkcore.compute.tensor import Tensor
 from vkcore.device.device import Device
 from vkcore.device.memory.buffer import Buffer
@@ -96,6 +98,24 @@ class ScratchOwner:
                 f"this vkcore.{kind} was released (release() freed its device memory; "
                 f"its device is still open); {self._remake}"
             )
+
+    def kept_call(self, signature: Hashable) -> Repeat | None:
+        """The call on these weights kept under ``signature`` for an exact repeat
+        (vkcore.compute.repeat), if any. Kept on the weights, not per device: a model's
+        layers each keep theirs, however many there are."""
+        calls = self.__dict__.get("_kept_calls")
+        return None if calls is None else calls.get(signature)
+
+    def keep_call(self, signature: Hashable, repeat: Repeat) -> None:
+        """Keep ``repeat`` under ``signature`` (at most KEPT_PER_KERNEL, the oldest go)."""
+        with self.device.lock:
+            calls = self.__dict__.setdefault("_kept_calls", OrderedDict())
+            old = calls.pop(signature, None)
+            if old is not None:
+                old.release()
+            calls[signature] = repeat
+            while len(calls) > KEPT_PER_KERNEL:
+                calls.popitem(last=False)[1].release()
 
     def scratch_buffer(self, name: str, nbytes: int) -> Buffer:
         """A buffer of at least ``nbytes`` kept for reuse across calls."""

@@ -190,3 +190,20 @@ def test_f32_matrix_tensors_into_out(device, rng):
         assert vkcore.matvec_f32(mat, x, out=out) is out
         np.testing.assert_allclose(out.numpy(), w.astype(np.float64) @ xs, rtol=1e-5, atol=1e-4)
     mat.release()
+
+
+def test_many_layers_each_keep_their_own_call(device, rng):
+    """A model's layers, more of them than one kernel keeps per device: each weight
+    tensor keeps its own call, so a decode loop over all of them still repeats."""
+    from vkcore.kernels.matvec.program import MODES
+
+    layers = [_weights(device, rng) for _ in range(12)]
+    for _ in range(3):
+        for qt in layers:
+            x = _x(rng)
+            assert np.array_equal(
+                vkcore.matvec(qt, x, activations="int8"), _want(qt, x, None, "int8")
+            )
+    assert all(qt.kept_call((MODES["int8"], (N,), True)) is not None for qt in layers)
+    for qt in layers:
+        qt.release()

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from vkcore.compute.repeat import SMALL_CALL_BYTES, Repeat, Repeats
+from vkcore.compute.repeat import SMALL_CALL_BYTES, Repeat
 from vkcore.compute.tensor import Tensor, check_on_device
 from vkcore.device.memory.buffer import Buffer
 from vkcore.device.submit.commands import Dispatch
@@ -21,8 +21,8 @@ from vkcore.kernels.matvec.f32matrix import F32Matrix
 from vkcore.kernels.matvec.steps import kernel, push, rowsum_step
 from vkcore.kernels.quant.qtensor import QuantizedTensor
 
-# Small numpy calls kept for an exact repeat (vkcore.compute.repeat), by signature.
-_repeats = Repeats()
+# Calls kept for an exact repeat (vkcore.compute.repeat) live on the weights themselves
+# (ScratchOwner.kept_call), by signature.
 _F32 = np.dtype(np.float32)
 
 
@@ -39,8 +39,8 @@ def repeated(mat: Any, x: Any, bias: Any, mode: int | None, device: Any, out: An
         return None
     if x.dtype != _F32 or not x.flags.c_contiguous or not _plain_bias(bias, mat.shape[0]):
         return None
-    repeat = _repeats.get(mat.device, (id(mat), mode, x.shape, bias is None))
-    if repeat is None or not repeat.binds((mat.chunks[0].buffer,)):
+    repeat = mat.kept_call((mode, x.shape, bias is None))
+    if repeat is None:
         return None
     if repeat.context != c.call_context():
         return None
@@ -48,14 +48,13 @@ def repeated(mat: Any, x: Any, bias: Any, mode: int | None, device: Any, out: An
     return y if repeat.run((x, bias, y)) else None
 
 
-def _tensor_key(mat: Any, x: Tensor, bias: Any, mode: int, out: Tensor) -> tuple[Any, ...]:
-    return (id(mat), mode, id(x.buffer), None if bias is None else id(bias.buffer), id(out.buffer))
+def _tensor_key(x: Tensor, bias: Any, mode: int, out: Tensor) -> tuple[Any, ...]:
+    return (mode, id(x.buffer), None if bias is None else id(bias.buffer), id(out.buffer))
 
 
-def _tensors_bound(mat: Any, x: Tensor, bias: Any, out: Tensor) -> tuple[Any, ...]:
-    """The buffers a Tensor repeat must bind again: the weights', x's, bias's, out's."""
-    first = mat.chunks[0].buffer
-    return (first, x.buffer, out.buffer) + (() if bias is None else (bias.buffer,))
+def _tensors_bound(x: Tensor, bias: Any, out: Tensor) -> tuple[Any, ...]:
+    """The buffers a Tensor repeat must bind again: x's, out's and the bias's."""
+    return (x.buffer, out.buffer) + (() if bias is None else (bias.buffer,))
 
 
 def _repeated_tensors(mat: Any, x: Tensor, bias: Any, mode: int, out: Any) -> Tensor | None:
@@ -65,8 +64,8 @@ def _repeated_tensors(mat: Any, x: Tensor, bias: Any, mode: int, out: Any) -> Te
         return None
     if bias is not None and (bias.dtype != _F32 or bias.shape != (mat.shape[0],)):
         return None
-    repeat = _repeats.get(mat.device, _tensor_key(mat, x, bias, mode, out))
-    if repeat is None or not repeat.binds(_tensors_bound(mat, x, bias, out)):
+    repeat = mat.kept_call(_tensor_key(x, bias, mode, out))
+    if repeat is None or not repeat.binds(_tensors_bound(x, bias, out)):
         return None
     if repeat.context != c.call_context():
         return None
@@ -77,9 +76,9 @@ def _keep_tensors(mat: Any, kept: Any, x: Any, bias: Any, mode: int, out: Tensor
     """Keep a call on Tensors into ``out`` whose recording the device kept."""
     if kept is None or not (bias is None or type(bias) is Tensor) or type(x) is not Tensor:
         return
-    bound = _tensors_bound(mat, x, bias, out)
+    bound = _tensors_bound(x, bias, out)
     repeat = Repeat(mat.device, kept, (), (), bound, context=c.call_context())
-    _repeats.put(mat.device, _tensor_key(mat, x, bias, mode, out), repeat)
+    mat.keep_call(_tensor_key(x, bias, mode, out), repeat)
 
 
 def _plain_bias(bias: Any, m: int) -> bool:
@@ -110,11 +109,9 @@ def _keep(
         return
     xbuf, bbuf, ybuf = bufs
     inputs = [(0, xbuf)] if bias is None else [(0, xbuf), (1, bbuf)]
-    first = (mat.chunks[0].buffer,)
     context = c.call_context()
-    repeat = Repeat(mat.device, kept, inputs, [(2, ybuf)], first, context=context)
-    key = (id(mat), mode, x.shape, bias is None)
-    _repeats.put(mat.device, key, repeat)
+    repeat = Repeat(mat.device, kept, inputs, [(2, ybuf)], context=context)
+    mat.keep_call((mode, x.shape, bias is None), repeat)
 
 
 def run(
