@@ -159,6 +159,10 @@ def test_out_is_checked(device, rng):
     gone.buffer.destroy()
     with pytest.raises(RuntimeError, match="released"):
         vkcore.matvec(qt, x, out=gone)
+    square = vkcore.quantize(rng.standard_normal((N, N)).astype(np.float32), device=device)
+    with pytest.raises(ValueError, match="share x's buffer"):
+        vkcore.matvec(square, x, out=x)
+    square.release()
     batch = vkcore.asarray(rng.standard_normal((N, 3)).astype(np.float32), device=device)
     with pytest.raises(TypeError, match="batch"):
         vkcore.matvec(qt, batch, out=vkcore.Tensor.empty((M,), np.float32, device))

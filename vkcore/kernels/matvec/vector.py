@@ -185,6 +185,8 @@ def check_out(out: Any, x: Any, m: int, device: Any) -> Tensor | None:
         )
     if out.buffer is None or not out.buffer.alive:
         raise c.ReleasedError("out is a released Tensor (its buffer was destroyed)")
+    if out.buffer is x.buffer:  # every output reads all of x while others are written
+        raise ValueError("out must not share x's buffer: each output reads the whole of x")
     return out
 
 
