@@ -60,7 +60,9 @@ def _tensors_bound(x: Tensor, bias: Any, out: Tensor) -> tuple[Any, ...]:
 def _repeated_tensors(mat: Any, x: Tensor, bias: Any, mode: int, out: Any) -> Tensor | None:
     if type(out) is not Tensor or not (bias is None or type(bias) is Tensor):
         return None
-    if x.dtype != _F32 or out.dtype != _F32 or out.shape != (mat.shape[0],):
+    if x.dtype != _F32 or x.shape != (mat.shape[1],):  # a vector (a batch: the full call)
+        return None
+    if out.dtype != _F32 or out.shape != (mat.shape[0],):
         return None
     if bias is not None and (bias.dtype != _F32 or bias.shape != (mat.shape[0],)):
         return None
