@@ -12,15 +12,15 @@ buffer destroyed, the recording evicted, a sequence recording this thread's call
 now timed) makes :meth:`Repeat.run` refuse before anything is submitted, and the caller
 runs the full call.
 
-:class:`Repeats` keeps a few per kernel and device; the staging buffers a dropped one held
-go back to the device's buffer pool.
+:class:`KeptCalls` keeps a few (:class:`Repeats`: per kernel and device); the staging
+buffers a dropped one held go back to the device's buffer pool.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -50,12 +50,9 @@ class Repeat:
         tensors: Sequence[Buffer] = (),
         *,
         owned: Sequence[Buffer] = (),
-        context: Hashable = None,
     ) -> None:
         self.device = device
-        # What else the call depended on (a kernel's per-call environment): the caller
-        # compares it only once a repeat is found, so a miss costs no reading of it.
-        self.context = context
+        self.context: Hashable = None  # what else it depended on (KeptCalls stamps it)
         self.kept = kept
         self.inputs = tuple(inputs)
         self.outputs = tuple(outputs)
@@ -115,39 +112,75 @@ KEPT_PER_KERNEL = 8
 SMALL_CALL_BYTES = 1 << 16
 
 
-class Repeats:
-    """The kept calls of one kernel, per device, by the caller's signature of a call
-    (everything that decides the dispatches: shapes, dtypes, options); the least recently
-    used go first."""
+class KeptCalls:
+    """A few kept calls by the caller's signature of a call (everything that decides its
+    dispatches: shapes, dtypes, options); the oldest kept go first, and a dropped one is
+    released. ``context``, where given, says what else the calls depend on (a kernel's
+    per-call environment): stamped on a call as it is kept, compared as it is found, so a
+    miss costs no reading of it."""
 
-    def __init__(self, limit: int = KEPT_PER_KERNEL) -> None:
+    def __init__(
+        self,
+        device: Device,
+        limit: int = KEPT_PER_KERNEL,
+        context: Callable[[], Hashable] | None = None,
+    ) -> None:
+        self.device = device
         self.limit = limit
-        self._tables: PerDeviceMap[OrderedDict[Hashable, Repeat]] = PerDeviceMap()
+        self.context = context
+        self._calls: OrderedDict[Hashable, Repeat] = OrderedDict()
+
+    def get(self, signature: Hashable) -> Repeat | None:
+        repeat = self._calls.get(signature)
+        if repeat is None or (self.context is not None and repeat.context != self.context()):
+            return None
+        return repeat
+
+    def put(self, signature: Hashable, repeat: Repeat) -> None:
+        """Keep ``repeat`` under ``signature`` (replacing, and releasing, what was there)."""
+        with self.device.lock:
+            if self.context is not None:
+                repeat.context = self.context()
+            self.drop(signature)
+            calls = self._calls
+            calls[signature] = repeat
+            while len(calls) > self.limit:
+                calls.popitem(last=False)[1].release()
+
+    def drop(self, signature: Hashable) -> None:
+        """Forget (and release) the call kept under ``signature``, if any."""
+        with self.device.lock:
+            old = self._calls.pop(signature, None)
+            if old is not None:
+                old.release()
+
+
+class Repeats:
+    """The kept calls of one kernel, a :class:`KeptCalls` per device."""
+
+    def __init__(
+        self, limit: int = KEPT_PER_KERNEL, context: Callable[[], Hashable] | None = None
+    ) -> None:
+        self.limit = limit
+        self.context = context
+        self._tables: PerDeviceMap[KeptCalls] = PerDeviceMap()
 
     def get(self, device: Device, signature: Hashable) -> Repeat | None:
         table = self._tables.get(device)
-        if table is None:
-            return None
-        return table.get(signature)
+        return None if table is None else table.get(signature)
 
     def put(self, device: Device, signature: Hashable, repeat: Repeat) -> None:
-        """Keep ``repeat`` under ``signature`` (replacing, and releasing, what was there)."""
-        with device.lock:
-            table = self._tables.setdefault(device, OrderedDict())
-            old = table.pop(signature, None)
-            if old is not None:
-                old.release()
-            table[signature] = repeat
-            while len(table) > self.limit:
-                table.popitem(last=False)[1].release()
-
-    def drop(self, device: Device, signature: Hashable) -> None:
-        """Forget (and release) the call kept under ``signature``, if any."""
         with device.lock:
             table = self._tables.get(device)
-            old = table.pop(signature, None) if table is not None else None
-            if old is not None:
-                old.release()
+            if table is None:
+                table = KeptCalls(device, self.limit, self.context)
+                self._tables[device] = table
+            table.put(signature, repeat)
+
+    def drop(self, device: Device, signature: Hashable) -> None:
+        table = self._tables.get(device)
+        if table is not None:
+            table.drop(signature)
 
 
 def exact_values(values: dict[str, Any]) -> tuple[tuple[str, type], ...] | None:

@@ -153,6 +153,21 @@ def dummy_buffer(device: Device) -> Buffer:
     return buf
 
 
+_F32 = np.dtype(np.float32)
+
+
+def plain_f32(x: Any, shape: tuple[int, ...] | None = None) -> bool:
+    """Whether ``x`` is a C-contiguous float32 numpy array (of ``shape``, where given):
+    what a kernel binds as its own bytes, and so what an exact repeat of the call
+    (vkcore.compute.repeat) copies as it is."""
+    return (
+        type(x) is np.ndarray
+        and x.dtype == _F32
+        and x.flags.c_contiguous
+        and (shape is None or x.shape == shape)
+    )
+
+
 def call_context() -> tuple[Any, ...]:
     """What a kernel call reads besides its arguments and its device: the per-call
     environment variables and the tuned parameters' generation. Part of every kernel's

@@ -7,13 +7,12 @@ Weights longer than one binding are split by rows into :class:`Chunk`\\ s.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Hashable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
-from vkcore.compute.repeat import KEPT_PER_KERNEL, Repeat
+from vkcore.compute.repeat import KeptCalls
 from vkcore.compute.tensor import Tensor
 from vkcore.device.device import Device
 from vkcore.device.memory.buffer import Buffer
@@ -99,23 +98,16 @@ class ScratchOwner:
                 f"its device is still open); {self._remake}"
             )
 
-    def kept_call(self, signature: Hashable) -> Repeat | None:
-        """The call on these weights kept under ``signature`` for an exact repeat
-        (vkcore.compute.repeat), if any. Kept on the weights, not per device: a model's
-        layers each keep theirs, however many there are."""
+    @property
+    def kept_calls(self) -> KeptCalls:
+        """The calls on these weights kept for an exact repeat (vkcore.compute.repeat):
+        on the weights, not per device, so a model's layers each keep theirs."""
         calls = self.__dict__.get("_kept_calls")
-        return None if calls is None else calls.get(signature)
-
-    def keep_call(self, signature: Hashable, repeat: Repeat) -> None:
-        """Keep ``repeat`` under ``signature`` (at most KEPT_PER_KERNEL, the oldest go)."""
-        with self.device.lock:
-            calls = self.__dict__.setdefault("_kept_calls", OrderedDict())
-            old = calls.pop(signature, None)
-            if old is not None:
-                old.release()
-            calls[signature] = repeat
-            while len(calls) > KEPT_PER_KERNEL:
-                calls.popitem(last=False)[1].release()
+        if calls is None:
+            calls = self.__dict__.setdefault(
+                "_kept_calls", KeptCalls(self.device, context=c.call_context)
+            )
+        return calls
 
     def scratch_buffer(self, name: str, nbytes: int) -> Buffer:
         """A buffer of at least ``nbytes`` kept for reuse across calls."""

@@ -208,6 +208,6 @@ def test_many_layers_each_keep_their_own_call(device, rng):
             assert np.array_equal(
                 vkcore.matvec(qt, x, activations="int8"), _want(qt, x, None, "int8")
             )
-    assert all(qt.kept_call((MODES["int8"], (N,), True)) is not None for qt in layers)
+    assert all(qt.kept_calls.get((MODES["int8"], (N,), True)) is not None for qt in layers)
     for qt in layers:
         qt.release()

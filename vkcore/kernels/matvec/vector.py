@@ -22,8 +22,7 @@ from vkcore.kernels.matvec.steps import kernel, push, rowsum_step
 from vkcore.kernels.quant.qtensor import QuantizedTensor
 
 # Calls kept for an exact repeat (vkcore.compute.repeat) live on the weights themselves
-# (ScratchOwner.kept_call), by signature.
-_F32 = np.dtype(np.float32)
+# (ScratchOwner.kept_calls), by signature.
 
 
 def repeated(mat: Any, x: Any, bias: Any, mode: int | None, device: Any, out: Any = None) -> Any:
@@ -35,16 +34,12 @@ def repeated(mat: Any, x: Any, bias: Any, mode: int | None, device: Any, out: An
         return None
     if type(x) is Tensor:
         return _repeated_tensors(mat, x, bias, mode, out)
-    if type(x) is not np.ndarray or out is not None:
+    if not c.plain_f32(x) or out is not None or not _plain_bias(bias, mat.shape[0]):
         return None
-    if x.dtype != _F32 or not x.flags.c_contiguous or not _plain_bias(bias, mat.shape[0]):
-        return None
-    repeat = mat.kept_call((mode, x.shape, bias is None))
+    repeat = mat.kept_calls.get((mode, x.shape, bias is None))
     if repeat is None:
         return None
-    if repeat.context != c.call_context():
-        return None
-    y = np.empty(mat.shape[0], _F32)
+    y = np.empty(mat.shape[0], np.float32)
     return y if repeat.run((x, bias, y)) else None
 
 
@@ -60,16 +55,15 @@ def _tensors_bound(x: Tensor, bias: Any, out: Tensor) -> tuple[Any, ...]:
 def _repeated_tensors(mat: Any, x: Tensor, bias: Any, mode: int, out: Any) -> Tensor | None:
     if type(out) is not Tensor or not (bias is None or type(bias) is Tensor):
         return None
-    if x.dtype != _F32 or x.shape != (mat.shape[1],):  # a vector (a batch: the full call)
+    m, n = mat.shape
+    if x.dtype != np.float32 or x.shape != (n,):  # a vector (a batch: the full call)
         return None
-    if out.dtype != _F32 or out.shape != (mat.shape[0],):
+    if out.dtype != np.float32 or out.shape != (m,):
         return None
-    if bias is not None and (bias.dtype != _F32 or bias.shape != (mat.shape[0],)):
+    if bias is not None and (bias.dtype != np.float32 or bias.shape != (m,)):
         return None
-    repeat = mat.kept_call(_tensor_key(x, bias, mode, out))
+    repeat = mat.kept_calls.get(_tensor_key(x, bias, mode, out))
     if repeat is None or not repeat.binds(_tensors_bound(x, bias, out)):
-        return None
-    if repeat.context != c.call_context():
         return None
     return out if repeat.run(()) else None
 
@@ -78,20 +72,12 @@ def _keep_tensors(mat: Any, kept: Any, x: Any, bias: Any, mode: int, out: Tensor
     """Keep a call on Tensors into ``out`` whose recording the device kept."""
     if kept is None or not (bias is None or type(bias) is Tensor) or type(x) is not Tensor:
         return
-    bound = _tensors_bound(x, bias, out)
-    repeat = Repeat(mat.device, kept, (), (), bound, context=c.call_context())
-    mat.keep_call(_tensor_key(x, bias, mode, out), repeat)
+    repeat = Repeat(mat.device, kept, (), (), _tensors_bound(x, bias, out))
+    mat.kept_calls.put(_tensor_key(x, bias, mode, out), repeat)
 
 
 def _plain_bias(bias: Any, m: int) -> bool:
-    if bias is None:
-        return True
-    return (
-        type(bias) is np.ndarray
-        and bias.dtype == _F32
-        and bias.shape == (m,)
-        and bias.flags.c_contiguous
-    )
+    return bias is None or c.plain_f32(bias, (m,))
 
 
 def _keep(
@@ -105,15 +91,14 @@ def _keep(
     """Keep a numpy call whose recording the device kept, for an exact repeat: its x,
     bias and y buffers are ``mat``'s own scratch buffers (a call of another size replaces
     them, which drops the recording)."""
-    if kept is None or type(x) is not np.ndarray or x.dtype != _F32 or not x.flags.c_contiguous:
+    if kept is None or not c.plain_f32(x) or not _plain_bias(bias, mat.shape[0]):
         return
-    if not _plain_bias(bias, mat.shape[0]) or x.nbytes > SMALL_CALL_BYTES:
+    if x.nbytes > SMALL_CALL_BYTES:
         return
     xbuf, bbuf, ybuf = bufs
     inputs = [(0, xbuf)] if bias is None else [(0, xbuf), (1, bbuf)]
-    context = c.call_context()
-    repeat = Repeat(mat.device, kept, inputs, [(2, ybuf)], context=context)
-    mat.keep_call((mode, x.shape, bias is None), repeat)
+    repeat = Repeat(mat.device, kept, inputs, [(2, ybuf)])
+    mat.kept_calls.put((mode, x.shape, bias is None), repeat)
 
 
 def run(

@@ -80,8 +80,7 @@ def check_axis(axis: Any, ndim: int) -> int:
 
 # ------------------------------------------------------------------ calls
 # Small numpy calls kept for an exact repeat (vkcore.compute.repeat), by signature.
-_repeats = Repeats()
-_F32 = np.dtype(np.float32)
+_repeats = Repeats(context=c.call_context)
 
 
 def _repeated(
@@ -90,12 +89,10 @@ def _repeated(
     """The result of a numpy call that repeats a kept one (the full call's), else None:
     a C-contiguous float32 ``x`` of a kept call's shape, the same int ``k`` and ``axis``
     (the last), under the same per-call context."""
-    if type(x) is not np.ndarray or type(k) is not int or type(axis) is not int:
-        return None
-    if x.dtype != _F32 or not x.flags.c_contiguous:
+    if not c.plain_f32(x) or type(k) is not int or type(axis) is not int:
         return None
     repeat = _repeats.get(resolve(device), (x.shape, k, axis, fused))
-    if repeat is None or repeat.context != c.call_context():
+    if repeat is None:
         return None
     shape = (*x.shape[:-1], k)
     values = np.empty(shape, np.float32)
@@ -124,8 +121,8 @@ def _topk(x: Any, k: Any, axis: Any, device: Device | None, *, fused: bool) -> t
     values = np.empty((flat.shape[0], kk), dtype=np.float32)
     indices = np.empty((flat.shape[0], kk), dtype=np.int64)
     # Kept for a repeat when the rows are the array itself (no conversion, no move).
-    plain = type(x) is np.ndarray and x.dtype == _F32 and x.flags.c_contiguous
-    keep = (x.shape, k, axis, fused) if plain and ax == ndim - 1 and type(k) is int else None
+    plain = c.plain_f32(x) and ax == ndim - 1 and type(k) is int
+    keep = (x.shape, k, axis, fused) if plain else None
     if flat.shape[0]:
         _topk_numpy(dev, flat, kk, fused, values, indices, keep)
     out_v = np.moveaxis(values.reshape(shape), -1, ax)
@@ -167,9 +164,7 @@ def _topk_numpy(
                 recorded, scratch = kept
                 owned = [*borrowed, *scratch]
                 outs = [(1, v), (2, i)]
-                repeat = Repeat(
-                    dev, recorded, [(0, x)], outs, owned=owned, context=c.call_context()
-                )
+                repeat = Repeat(dev, recorded, [(0, x)], outs, owned=owned)
                 borrowed = []  # the repeat's now, given back with it
                 _repeats.put(dev, keep, repeat)
             elif kept:

@@ -83,8 +83,7 @@ def log_softmax(
 
 
 # Small calls kept for an exact repeat (vkcore.compute.repeat), by signature.
-_repeats = Repeats()
-_F32 = np.dtype(np.float32)
+_repeats = Repeats(context=c.call_context)
 
 
 def _repeated(x: Any, axis: Any, algorithm: str, out: Any, device: Device | None, log: bool) -> Any:
@@ -94,38 +93,32 @@ def _repeated(x: Any, axis: Any, algorithm: str, out: Any, device: Device | None
     if type(axis) is not int or type(algorithm) is not str:  # (hashable, as the full call's)
         return None
     if type(x) is np.ndarray:
-        if x.dtype != _F32 or not x.flags.c_contiguous or not _plain_out(out, x.shape):
+        if not c.plain_f32(x) or not _plain_out(out, x.shape):
             return None
-        dev = resolve(device)
-        repeat = _repeats.get(dev, (x.shape, axis, algorithm, log))
-        if repeat is None or repeat.context != c.call_context():
+        repeat = _repeats.get(resolve(device), (x.shape, axis, algorithm, log))
+        if repeat is None:
             return None
-        y = np.empty(x.shape, _F32) if out is None else out
+        y = np.empty(x.shape, np.float32) if out is None else out
         return y if repeat.run((x, y)) else None
-    if type(x) is Tensor and type(out) is Tensor and x.dtype == _F32 and out.dtype == _F32:
+    if type(x) is Tensor and type(out) is Tensor and x.dtype == out.dtype == np.float32:
         if x.shape != out.shape or (device is not None and device is not x.device):
             return None
-        key = (x.shape, axis, algorithm, log, id(x.buffer), id(out.buffer))
-        repeat = _repeats.get(x.device, key)
+        repeat = _repeats.get(x.device, _tensor_key(x, out, axis, algorithm, log))
         if repeat is None or not repeat.binds((x.buffer, out.buffer)):
-            return None
-        if repeat.context != c.call_context():
             return None
         return out if repeat.run(()) else None
     return None
 
 
+def _tensor_key(x: Tensor, out: Tensor, axis: int, algorithm: str, log: bool) -> Any:
+    """The signature of a call on Tensors into ``out`` (their buffers by identity: a
+    repeat checks they are the very objects, ``Repeat.binds``)."""
+    return (x.shape, axis, algorithm, log, id(x.buffer), id(out.buffer))
+
+
 def _plain_out(out: Any, shape: tuple[int, ...]) -> bool:
     """``out`` is None, or a float32 array a repeat writes as the full call would."""
-    if out is None:
-        return True
-    return (
-        type(out) is np.ndarray
-        and out.dtype == _F32
-        and out.shape == shape
-        and out.flags.c_contiguous
-        and out.flags.writeable
-    )
+    return out is None or (c.plain_f32(out, shape) and out.flags.writeable)
 
 
 def _normalized(
@@ -148,8 +141,9 @@ def _normalized(
             )
         y = _tensor_out(out, data, x)
         key: tuple[Any, ...] | None = None
-        if y is not None and y.buffer is not None and type(axis) is int and data.dtype == _F32:
-            key = (data.shape, axis, algorithm, log, id(data.buffer), id(y.buffer))
+        plain = type(axis) is int and data.dtype == np.float32
+        if y is not None and y.buffer is not None and plain:
+            key = _tensor_key(data, y, axis, algorithm, log)
         return _softmax_tensor(data, len(row_axes), algorithm, log, y, key)
     dev = resolve(device)
     if isinstance(out, Tensor):
@@ -183,8 +177,7 @@ def _numpy_key(x: Any, axis: Any, algorithm: str, out: Any, log: bool) -> Any:
     """The signature a repeat of this call is found by (:func:`_repeated`), or None for a
     call a repeat would not make the same way (a converted or strided input, a large one,
     an ``out`` it would not write directly)."""
-    plain = type(x) is np.ndarray and x.dtype == _F32 and x.flags.c_contiguous
-    if not plain or type(axis) is not int or x.nbytes > SMALL_CALL_BYTES:
+    if not c.plain_f32(x) or type(axis) is not int or x.nbytes > SMALL_CALL_BYTES:
         return None
     if not _plain_out(out, x.shape):
         return None
@@ -291,7 +284,7 @@ def _softmax_numpy(
         kept = dev.run(steps)
         y.read(out)
         if kept is not None and key is not None:
-            repeat = Repeat(dev, kept, [(0, x)], [(1, y)], owned=borrowed, context=c.call_context())
+            repeat = Repeat(dev, kept, [(0, x)], [(1, y)], owned=borrowed)
             borrowed = []  # the repeat's now, given back with it
             _repeats.put(dev, key, repeat)
     finally:
@@ -322,9 +315,7 @@ def _softmax_tensor(
         steps = dispatches(dev, p, algorithm, x.buffer, y.buffer, parts, log=log)
         kept = dev.run(steps)
         if kept is not None and key is not None:  # an exact repeat binds the same two
-            repeat = Repeat(
-                dev, kept, (), (), (x.buffer, y.buffer), owned=borrowed, context=c.call_context()
-            )
+            repeat = Repeat(dev, kept, (), (), (x.buffer, y.buffer), owned=borrowed)
             borrowed = []
             _repeats.put(dev, key, repeat)
     finally:
