@@ -424,6 +424,12 @@ class Program:
         return f"vkcore.Program({self.name}, {shape})"
 
 
+def _int_groups(groups: Any) -> bool:
+    """``groups`` as a repeat compares it: an int, or a tuple of ints (never bools or
+    floats, which compare equal to ints but which the full call refuses)."""
+    return type(groups) is int or (type(groups) is tuple and all(type(g) is int for g in groups))
+
+
 class _KeptCall:
     """A Program's latest call, kept for an exact repeat (:mod:`vkcore.compute.repeat`):
     the same number of arguments, each the same kind as then (a numpy array of the same
@@ -465,10 +471,7 @@ class _KeptCall:
         if recorded is None:
             return None
         types = exact_values(values)
-        plain_groups = type(groups) is int or (
-            type(groups) is tuple and all(type(g) is int for g in groups)
-        )
-        if types is None or not plain_groups or not (push is None or type(push) is bytes):
+        if types is None or not _int_groups(groups) or not (push is None or type(push) is bytes):
             return None
         arrays: list[tuple[int, np.dtype, int, bool]] = []
         tensor_at: list[tuple[int, np.dtype]] = []
@@ -480,21 +483,19 @@ class _KeptCall:
             else:
                 return None
         bound = [t.buffer for t in tensors]
-        held = [buf for buf in staged if buf is not None]
-        if len(held) != len(arrays) or len(staged) != len(arrays) or None in bound:
+        if len(staged) != len(arrays) or None in staged or None in bound:
             return None
-        inputs = [(a[0], buf) for a, buf in zip(arrays, held, strict=True)]
-        outputs = [(a[0], buf) for a, buf in zip(arrays, held, strict=True) if a[3]]
-        repeat = Repeat(prog.device, recorded, inputs, outputs, [b for b in bound if b])
+        inputs = [(a[0], buf) for a, buf in zip(arrays, staged, strict=True)]
+        outputs = [(a[0], buf) for a, buf in zip(arrays, staged, strict=True) if a[3]]
+        repeat = Repeat(prog.device, recorded, inputs, outputs, bound)  # type: ignore[arg-type]
         return cls(repeat, groups, push, dict(values), types, tuple(arrays), tuple(tensor_at))
 
     def matches(
         self, buffers: tuple[Any, ...], groups: Any, push: Any, values: dict[str, Any]
     ) -> bool:
-        if groups != self.groups or type(groups) is not type(self.groups):
+        # (4.0, 1, 1) or (4, True, True) equal the kept ints, and are refused
+        if groups != self.groups or not _int_groups(groups):
             return False
-        if type(groups) is tuple and not all(type(g) is int for g in groups):
-            return False  # (4.0, 1, 1) or (4, True, True) equal the kept ints: refused
         if push is not self.push and (type(push) is not bytes or push != self.push):
             return False
         if len(buffers) != len(self.arrays) + len(self.tensor_at):

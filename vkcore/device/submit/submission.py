@@ -124,8 +124,7 @@ class Submission:
         except BaseException:
             self.settle()
             raise
-        self.ran = self._signalled = True  # _finished(ran=True), inline
-        self._state, self.unsettled = IDLE, False
+        self._finished(ran=True)
         if interrupted:
             raise_deferred(interrupted)
 
@@ -192,7 +191,7 @@ class Submission:
     def _finished(self, ran: bool) -> None:
         self.ran = self.ran or ran
         self._signalled = self._signalled or ran
-        self.state = IDLE
+        self._state, self.unsettled = IDLE, False  # (the setter's two, directly: every call)
 
     def seconds(self) -> float | None:
         """Device seconds between the two timestamps of the latest batch that ran; None

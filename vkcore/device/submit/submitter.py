@@ -194,13 +194,10 @@ class Submitter(SequenceHooks):
         if recording is not None:  # vkcore.sequence: the steps go there instead
             recording.add(dispatches)
             return None
-        dev = self.device
         timed = (self.timed if timed is None else timed) and self.timestamps
-        with dev.lock:
-            started = time.perf_counter() if self._observers else 0.0
-            dev.check()
+        with self.device.lock:
+            started = self._call_starts()
             key = self._keys.of(dispatches, timed)
-            self._seconds, self._seconds_pending = None, False
             rec = None
             if key is not None and self._repeats(key):
                 rec = self._recorded_for(key, dispatches, timed)
@@ -208,10 +205,7 @@ class Submitter(SequenceHooks):
                 self._submit_and_wait(rec.batch)
             else:
                 self._run_once(dispatches, timed)
-            self._seconds_pending = timed
-            dev.check()
-            if self._observers:
-                self._observe(started)
+            self._call_ends(started, timed)
             return rec
 
     def rerun(self, rec: Recorded) -> bool:
@@ -222,22 +216,32 @@ class Submitter(SequenceHooks):
         that its call would have built exactly the same dispatches."""
         if getattr(self._local, "sequence", None) is not None:
             return False
-        dev = self.device
-        with dev.lock:
+        with self.device.lock:
             if rec.released or rec.timed != (self.timed and self.timestamps):
                 return False
-            started = time.perf_counter() if self._observers else 0.0
-            dev.check()
-            self._seconds, self._seconds_pending = None, False
+            started = self._call_starts()
             self._recorded.move_to_end(rec.key)
             self.reuse_hits += 1
             assert rec.batch is not None
             self._submit_and_wait(rec.batch)
-            self._seconds_pending = rec.timed
-            dev.check()
-            if self._observers:
-                self._observe(started)
+            self._call_ends(started, rec.timed)
             return True
+
+    # What every call's submission does around its work, under the device lock: the
+    # device checked before and after, the latest timestamps forgotten and then owed
+    # (``timed``), the observers told (:meth:`observed`); a call that raised has no
+    # timings. Two plain methods, not a context manager: this is every call's path.
+    def _call_starts(self) -> float:
+        started = time.perf_counter() if self._observers else 0.0
+        self.device.check()
+        self._seconds, self._seconds_pending = None, False
+        return started
+
+    def _call_ends(self, started: float, timed: bool) -> None:
+        self._seconds_pending = timed
+        self.device.check()
+        if self._observers:
+            self._observe(started)
 
     @contextlib.contextmanager
     def observed(self, *, timed: bool = False) -> Iterator[list[tuple[float, float | None]]]:
