@@ -219,30 +219,31 @@ def test_threads_repeating_calls_of_two_sizes_each_get_their_own_results(device,
     assert errors == []
 
 
-def test_write_whole_and_read_whole_refuse_what_they_cannot_copy(device, rng):
-    """Buffer.write_whole/read_whole: the plain paths for anything but an exact whole."""
+def test_whole_buffer_copies_refuse_what_they_cannot_copy(device, rng):
+    """Buffer.write/read of a whole buffer through the kept view; the plain paths for
+    anything but an exact whole."""
     from vkcore.device.memory.buffer import Buffer
 
     buf = Buffer(device, N * 4)
     x = _fresh(rng)
-    buf.write_whole(x)
+    buf.write(x)
     out = np.zeros(N, np.float32)
-    buf.read_whole(out)
+    buf.read(out)
     np.testing.assert_array_equal(out, x)
     as_ints = np.zeros(N, np.uint32)
-    buf.read_whole(as_ints)  # another dtype: a new view of the same bytes
+    buf.read(as_ints)  # another dtype: a new view of the same bytes
     np.testing.assert_array_equal(as_ints, x.view(np.uint32))
     with pytest.raises(ValueError, match="writable"):
         frozen = np.zeros(N, np.float32)
         frozen.flags.writeable = False
-        buf.read_whole(frozen)
+        buf.read(frozen)
     with pytest.raises(ValueError, match="does not fit"):
-        buf.write_whole(_fresh(rng, 2 * N))
+        buf.write(_fresh(rng, 2 * N))
     buf.destroy()
     with pytest.raises(RuntimeError, match="released"):
-        buf.write_whole(x)
+        buf.write(x)
     with pytest.raises(RuntimeError, match="released"):
-        buf.read_whole(out)
+        buf.read(out)
 
 
 def test_a_dropped_repeat_refuses_and_copies_nothing(device, rng, scale):
@@ -298,8 +299,8 @@ def test_a_structured_array_is_copied_with_its_padding(device):
     arr.view(np.uint32)[:] = np.arange(64, dtype=np.uint32)  # fields and padding alike
     buf = Buffer(device, arr.nbytes)
     for _ in range(3):
-        buf.write_whole(arr)
+        buf.write(arr)
         back = np.zeros(32, padded)
-        buf.read_whole(back)
+        buf.read(back)
         np.testing.assert_array_equal(back.view(np.uint32), np.arange(64, dtype=np.uint32))
     buf.destroy()

@@ -87,11 +87,11 @@ class Repeat:
             # Written before rerun may refuse (inside a sequence): the staging buffers are
             # the repeat's own, which no sequence binds.
             for i, buf in self.inputs:
-                buf.write_whole(arrays[i])
+                buf.write(arrays[i])
             if not dev.rerun(self.kept):
                 return False
             for i, buf in self.outputs:
-                buf.read_whole(arrays[i])
+                buf.read(arrays[i])
         return True
 
     def release(self) -> None:

@@ -92,7 +92,7 @@ class Buffer(Held):
     _views: dict[str, Any] | None = None
     _mapped: np.ndarray | None = None  # the mapping; never leaves this class
     # The mapping seen as the latest whole-buffer array's (dtype, shape, in-place reads):
-    # write_whole/read_whole copy through it. Never leaves this class either.
+    # write and read of a whole buffer copy through it. Never leaves this class either.
     _whole: tuple[np.dtype, tuple[int, ...], np.ndarray, bool] | None = None
 
     # True for long-lived buffers (pooled, placeholders): the submitter may keep a recorded
@@ -285,9 +285,16 @@ class Buffer(Held):
         """Copy an array's bytes (in C order) into the buffer at ``offset`` bytes."""
         if self._holders:
             self._before_host(reading=False)
-        elif self._fits_whole(data, offset):  # a small call's staging: the checks in one
-            self._copy_mapped(data.reshape(-1).view(np.uint8), 0, into_buffer=True)
-            return
+        elif offset == 0 and type(offset) is int:  # a small call's staging: one assignment
+            whole = self._whole_for(data)
+            if whole is not None:
+                with self._lock:  # as _copy_mapped: no unmapping in the middle of the copy
+                    if self.handle is None:
+                        self._require_alive()
+                    whole[2][...] = data  # same dtype and shape: a plain copy
+                    if not self._coherent:
+                        self._sync_mapped(0, self.nbytes, flush=True)
+                return
         if not isinstance(data, np.ndarray):
             raise TypeError(f"data must be a numpy array, got {type(data).__name__}")
         self._check_range(data.nbytes, offset, "data")
@@ -306,12 +313,16 @@ class Buffer(Held):
         """
         if self._holders:
             self._before_host(reading=True)
-        elif (
-            self._fits_whole(out, offset)
-            and out.flags.writeable
-            and self._copy_mapped(out.reshape(-1).view(np.uint8), 0, into_buffer=False)
-        ):
-            return
+        elif offset == 0 and type(offset) is int:  # a small call's results: one assignment
+            whole = self._whole_for(out)
+            if whole is not None and whole[3] and out.flags.writeable:
+                with self._lock:
+                    if self.handle is None:
+                        self._require_alive()
+                    if not self._coherent:
+                        self._sync_mapped(0, self.nbytes, flush=False)
+                    out[...] = whole[2]
+                return
         if not isinstance(out, np.ndarray):
             raise TypeError(f"out must be a numpy array, got {type(out).__name__}")
         if not out.flags.writeable:
@@ -328,36 +339,6 @@ class Buffer(Held):
         with self.device.lock:
             self._require_alive()
             self.device.transfers.download(self, raw, offset)
-
-    def write_whole(self, data: np.ndarray) -> None:
-        """:meth:`write` of a C-contiguous array of exactly this buffer's size, made cheap
-        for a repeated call's staging: the mapping viewed as the array's dtype and shape
-        is kept for the next one, so the copy is one assignment. Anything else goes
-        through :meth:`write`."""
-        whole = self._whole_for(data)
-        if whole is None:
-            self.write(data)
-            return
-        with self._lock:  # as _copy_mapped: no unmapping in the middle of the copy
-            if self.handle is None:
-                self._require_alive()
-            whole[2][...] = data  # same dtype and shape: a plain copy
-            if not self._coherent:
-                self._sync_mapped(0, self.nbytes, flush=True)
-
-    def read_whole(self, out: np.ndarray) -> None:
-        """:meth:`read` into a writable C-contiguous array of exactly this buffer's size,
-        as cheap as :meth:`write_whole`; anything else goes through :meth:`read`."""
-        whole = self._whole_for(out)
-        if whole is None or not whole[3] or not out.flags.writeable:
-            self.read(out)
-            return
-        with self._lock:
-            if self.handle is None:
-                self._require_alive()
-            if not self._coherent:
-                self._sync_mapped(0, self.nbytes, flush=False)
-            out[...] = whole[2]
 
     def _whole_for(
         self, arr: np.ndarray
