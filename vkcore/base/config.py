@@ -41,8 +41,7 @@ PER_CALL = ("VKCORE_TEXEL", "VKCORE_DEVICE_SCALES")
 
 def per_call_values() -> tuple[str | None, ...]:
     """The raw values of :data:`PER_CALL` (parsed where they are used)."""
-    get = os.environ.get
-    return get("VKCORE_TEXEL"), get("VKCORE_DEVICE_SCALES")  # PER_CALL, unrolled
+    return tuple(map(os.environ.get, PER_CALL))
 
 
 def warn_ignored(name: str, value: str, why: str, default: object) -> None:

@@ -7,7 +7,6 @@ before ``import vkcore``, so the ``import`` stage is real.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
@@ -41,20 +40,18 @@ def probe(
     imported = time.perf_counter()
     dev = vkcore.Device(validation=False, timed=True)  # reports device seconds
     startup = {"import": imported - started, "device": time.perf_counter() - imported}
-    stack = contextlib.ExitStack()  # every submission's timings (Submitter.observed)
     known_cases = {**KERNELS, **(cases or {})}
     results = {}
     try:
-        submissions = stack.enter_context(dev.submitter.observed())
-        for index, name in enumerate(kernel_names):
-            result = _time_kernel(dev, known_cases[name], startup, submissions)
-            if index:  # import and device creation happen once, before the first kernel
-                result["stages"].update({"import": None, "device": None})
-            results[name] = result
+        with dev.submitter.observed() as submissions:  # every submission's timings
+            for index, name in enumerate(kernel_names):
+                result = _time_kernel(dev, known_cases[name], startup, submissions)
+                if index:  # import and device creation happen once, before the first kernel
+                    result["stages"].update({"import": None, "device": None})
+                results[name] = result
         evidence = _cache_evidence(dev.pipeline_cache)
         info = dev.info
     finally:
-        stack.close()
         t1 = time.perf_counter()
         dev.close()
         close_seconds = time.perf_counter() - t1
