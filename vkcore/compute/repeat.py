@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -52,7 +52,7 @@ class Repeat:
         owned: Sequence[Buffer] = (),
     ) -> None:
         self.device = device
-        self.context: Hashable = None  # what else it depended on (KeptCalls stamps it)
+        self.context: Hashable = None  # what else it depended on (a kernel stamps it)
         self.kept = kept
         self.inputs = tuple(inputs)
         self.outputs = tuple(outputs)
@@ -115,32 +115,19 @@ SMALL_CALL_BYTES = 1 << 16
 class KeptCalls:
     """A few kept calls by the caller's signature of a call (everything that decides its
     dispatches: shapes, dtypes, options); the oldest kept go first, and a dropped one is
-    released. ``context``, where given, says what else the calls depend on (a kernel's
-    per-call environment): stamped on a call as it is kept, compared as it is found, so a
-    miss costs no reading of it."""
+    released."""
 
-    def __init__(
-        self,
-        device: Device,
-        limit: int = KEPT_PER_KERNEL,
-        context: Callable[[], Hashable] | None = None,
-    ) -> None:
+    def __init__(self, device: Device, limit: int = KEPT_PER_KERNEL) -> None:
         self.device = device
         self.limit = limit
-        self.context = context
         self._calls: OrderedDict[Hashable, Repeat] = OrderedDict()
 
     def get(self, signature: Hashable) -> Repeat | None:
-        repeat = self._calls.get(signature)
-        if repeat is None or (self.context is not None and repeat.context != self.context()):
-            return None
-        return repeat
+        return self._calls.get(signature)
 
     def put(self, signature: Hashable, repeat: Repeat) -> None:
         """Keep ``repeat`` under ``signature`` (replacing, and releasing, what was there)."""
         with self.device.lock:
-            if self.context is not None:
-                repeat.context = self.context()
             self.drop(signature)
             calls = self._calls
             calls[signature] = repeat
@@ -158,11 +145,8 @@ class KeptCalls:
 class Repeats:
     """The kept calls of one kernel, a :class:`KeptCalls` per device."""
 
-    def __init__(
-        self, limit: int = KEPT_PER_KERNEL, context: Callable[[], Hashable] | None = None
-    ) -> None:
+    def __init__(self, limit: int = KEPT_PER_KERNEL) -> None:
         self.limit = limit
-        self.context = context
         self._tables: PerDeviceMap[KeptCalls] = PerDeviceMap()
 
     def get(self, device: Device, signature: Hashable) -> Repeat | None:
@@ -173,7 +157,7 @@ class Repeats:
         with device.lock:
             table = self._tables.get(device)
             if table is None:
-                table = KeptCalls(device, self.limit, self.context)
+                table = KeptCalls(device, self.limit)
                 self._tables[device] = table
             table.put(signature, repeat)
 

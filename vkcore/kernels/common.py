@@ -11,6 +11,7 @@ import numpy as np
 
 from vkcore.base import config
 from vkcore.base.per_device import PerDeviceMap
+from vkcore.compute.repeat import Repeat
 from vkcore.compute.tensor import Tensor, asarray
 from vkcore.device.device import Device, resolve
 from vkcore.device.memory.buffer import Buffer
@@ -174,6 +175,18 @@ def call_context() -> tuple[Any, ...]:
     exact-repeat signature (vkcore.compute.repeat): a kept call repeats only under the
     same, so ``VKCORE_TEXEL=0`` or a ``vkcore tune`` trial takes effect at once."""
     return (*config.per_call_values(), tuning.generation())
+
+
+def found(repeat: Repeat | None) -> Repeat | None:
+    """``repeat`` (a kept call just looked up) if it was kept under the per-call context
+    of now, else None: read only once one is found, so a miss costs no reading of it."""
+    return repeat if repeat is not None and repeat.context == call_context() else None
+
+
+def stamped(repeat: Repeat) -> Repeat:
+    """``repeat`` with the per-call context it was made under, as it is kept."""
+    repeat.context = call_context()
+    return repeat
 
 
 def parallelism(device: Device) -> int:

@@ -104,9 +104,7 @@ class ScratchOwner:
         on the weights, not per device, so a model's layers each keep theirs."""
         calls = self.__dict__.get("_kept_calls")
         if calls is None:
-            calls = self.__dict__.setdefault(
-                "_kept_calls", KeptCalls(self.device, context=c.call_context)
-            )
+            calls = self.__dict__.setdefault("_kept_calls", KeptCalls(self.device))
         return calls
 
     def scratch_buffer(self, name: str, nbytes: int) -> Buffer:

@@ -36,7 +36,7 @@ def repeated(mat: Any, x: Any, bias: Any, mode: int | None, device: Any, out: An
         return _repeated_tensors(mat, x, bias, mode, out)
     if not c.plain_f32(x) or out is not None or not _plain_bias(bias, mat.shape[0]):
         return None
-    repeat = mat.kept_calls.get((mode, x.shape, bias is None))
+    repeat = c.found(mat.kept_calls.get((mode, x.shape, bias is None)))
     if repeat is None:
         return None
     y = np.empty(mat.shape[0], np.float32)
@@ -62,7 +62,7 @@ def _repeated_tensors(mat: Any, x: Tensor, bias: Any, mode: int, out: Any) -> Te
         return None
     if bias is not None and (bias.dtype != np.float32 or bias.shape != (m,)):
         return None
-    repeat = mat.kept_calls.get(_tensor_key(x, bias, mode, out))
+    repeat = c.found(mat.kept_calls.get(_tensor_key(x, bias, mode, out)))
     if repeat is None or not repeat.binds(_tensors_bound(x, bias, out)):
         return None
     return out if repeat.run(()) else None
@@ -73,7 +73,7 @@ def _keep_tensors(mat: Any, kept: Any, x: Any, bias: Any, mode: int, out: Tensor
     if kept is None or not (bias is None or type(bias) is Tensor) or type(x) is not Tensor:
         return
     repeat = Repeat(mat.device, kept, (), (), _tensors_bound(x, bias, out))
-    mat.kept_calls.put(_tensor_key(x, bias, mode, out), repeat)
+    mat.kept_calls.put(_tensor_key(x, bias, mode, out), c.stamped(repeat))
 
 
 def _plain_bias(bias: Any, m: int) -> bool:
@@ -98,7 +98,7 @@ def _keep(
     xbuf, bbuf, ybuf = bufs
     inputs = [(0, xbuf)] if bias is None else [(0, xbuf), (1, bbuf)]
     repeat = Repeat(mat.device, kept, inputs, [(2, ybuf)])
-    mat.kept_calls.put((mode, x.shape, bias is None), repeat)
+    mat.kept_calls.put((mode, x.shape, bias is None), c.stamped(repeat))
 
 
 def run(

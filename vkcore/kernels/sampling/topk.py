@@ -80,7 +80,7 @@ def check_axis(axis: Any, ndim: int) -> int:
 
 # ------------------------------------------------------------------ calls
 # Small numpy calls kept for an exact repeat (vkcore.compute.repeat), by signature.
-_repeats = Repeats(context=c.call_context)
+_repeats = Repeats()
 
 
 def _repeated(
@@ -91,7 +91,7 @@ def _repeated(
     (the last), under the same per-call context."""
     if not c.plain_f32(x) or type(k) is not int or type(axis) is not int:
         return None
-    repeat = _repeats.get(resolve(device), (x.shape, k, axis, fused))
+    repeat = c.found(_repeats.get(resolve(device), (x.shape, k, axis, fused)))
     if repeat is None:
         return None
     shape = (*x.shape[:-1], k)
@@ -166,7 +166,7 @@ def _topk_numpy(
                 outs = [(1, v), (2, i)]
                 repeat = Repeat(dev, recorded, [(0, x)], outs, owned=owned)
                 borrowed = []  # the repeat's now, given back with it
-                _repeats.put(dev, keep, repeat)
+                _repeats.put(dev, keep, c.stamped(repeat))
             elif kept:
                 borrowed += kept[1]
         finally:

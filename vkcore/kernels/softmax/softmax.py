@@ -83,7 +83,7 @@ def log_softmax(
 
 
 # Small calls kept for an exact repeat (vkcore.compute.repeat), by signature.
-_repeats = Repeats(context=c.call_context)
+_repeats = Repeats()
 
 
 def _repeated(x: Any, axis: Any, algorithm: str, out: Any, device: Device | None, log: bool) -> Any:
@@ -95,7 +95,7 @@ def _repeated(x: Any, axis: Any, algorithm: str, out: Any, device: Device | None
     if type(x) is np.ndarray:
         if not c.plain_f32(x) or not _plain_out(out, x.shape):
             return None
-        repeat = _repeats.get(resolve(device), (x.shape, axis, algorithm, log))
+        repeat = c.found(_repeats.get(resolve(device), (x.shape, axis, algorithm, log)))
         if repeat is None:
             return None
         y = np.empty(x.shape, np.float32) if out is None else out
@@ -103,7 +103,7 @@ def _repeated(x: Any, axis: Any, algorithm: str, out: Any, device: Device | None
     if type(x) is Tensor and type(out) is Tensor and x.dtype == out.dtype == np.float32:
         if x.shape != out.shape or (device is not None and device is not x.device):
             return None
-        repeat = _repeats.get(x.device, _tensor_key(x, out, axis, algorithm, log))
+        repeat = c.found(_repeats.get(x.device, _tensor_key(x, out, axis, algorithm, log)))
         if repeat is None or not repeat.binds((x.buffer, out.buffer)):
             return None
         return out if repeat.run(()) else None
@@ -286,7 +286,7 @@ def _softmax_numpy(
         if kept is not None and key is not None:
             repeat = Repeat(dev, kept, [(0, x)], [(1, y)], owned=borrowed)
             borrowed = []  # the repeat's now, given back with it
-            _repeats.put(dev, key, repeat)
+            _repeats.put(dev, key, c.stamped(repeat))
     finally:
         for buf in borrowed:
             pool.release(buf)
@@ -317,7 +317,7 @@ def _softmax_tensor(
         if kept is not None and key is not None:  # an exact repeat binds the same two
             repeat = Repeat(dev, kept, (), (), (x.buffer, y.buffer), owned=borrowed)
             borrowed = []
-            _repeats.put(dev, key, repeat)
+            _repeats.put(dev, key, c.stamped(repeat))
     finally:
         for buf in borrowed:
             pool.release(buf)
