@@ -10,12 +10,24 @@
 // one subgroup), each lane weighs its key and keeps its own share of the normalizer l,
 // and the weights go through shared memory once so that every lane adds each key's
 // value to the dimensions of v it owns. A CPU device runs a lane's loads one element at
-// a time; here every element of k and v is loaded once, four words per load, and the
-// exponentials of a block are one vector operation.
+// a time; here every element of k and v is loaded once, four words per load (through
+// uniform texel buffers where the plan can: TEXEL, the driver's vector gathers), the
+// exponentials of a block are one vector operation, and (SHUFFLE) the weights go from
+// lane to lane by subgroupShuffle instead of shared memory.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #include "attention_common.glsl"
 #include "workgroup_reduce.glsl"
+
+// SHUFFLE 1 (the plan's choice where a workgroup is exactly one full subgroup): a
+// block's weights pass between the lanes by subgroupShuffle, keyed by the subgroup
+// invocation ID, instead of through shared memory between two barriers.
+#ifndef SHUFFLE
+#define SHUFFLE 0
+#endif
+#if SHUFFLE
+#extension GL_KHR_shader_subgroup_shuffle : require
+#endif
 
 #ifndef MARGIN
 #define MARGIN 4.0
@@ -39,8 +51,19 @@ const uint VPL = (V4 + WG - 1u) / WG;  // v uvec4s per lane
 const uint DE = VPL * 4u * PER_WORD;   // dimensions of v a lane owns
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
+#if TEXEL
+// Uniform texel buffers: the driver's texture path (vector gathers on a CPU device).
+#extension GL_EXT_samplerless_texture_functions : require
+layout(binding = 1) uniform utextureBuffer k_texels;
+layout(binding = 2) uniform utextureBuffer v_texels;
+#define K4(i) texelFetch(k_texels, int(i))
+#define V4_AT(i) texelFetch(v_texels, int(i))
+#else
 layout(std430, binding = 1) readonly buffer K { uvec4 k4[]; };
 layout(std430, binding = 2) readonly buffer V { uvec4 v4[]; };
+#define K4(i) k4[i]
+#define V4_AT(i) v4[i]
+#endif
 layout(std430, binding = 3) readonly buffer KS { float k_scales[]; };
 layout(std430, binding = 4) readonly buffer VS { float v_scales[]; };
 layout(std430, binding = 5) readonly buffer M { float mask[]; };
@@ -141,15 +164,20 @@ void main() {
         barrier();  // every state is read before an invocation writes its own below
     }
 
+#if SHUFFLE
+    uint key_lane = gl_SubgroupInvocationID;  // the lane a shuffle reads key kb + x from
+#else
+    uint key_lane = lid;
+#endif
     for (uint kb = kbegin; kb < kend; kb += WG) {
-        uint j = kb + lid;  // this lane's key
+        uint j = kb + key_lane;  // this lane's key
         bool live = j < kend;
         float s[QT];
         [[unroll]] for (uint t = 0u; t < QT; ++t) s[t] = 0.0;
         if (live) {
             [[unroll]] for (uint w4 = 0u; w4 < Q4; ++w4) {
                 float e[4u * PER_WORD];
-                unpack4(k4[(kv_base + j) * Q4 + w4], e);
+                unpack4(K4((kv_base + j) * Q4 + w4), e);
                 [[unroll]] for (uint t = 0u; t < QT; ++t) {
                     float dot4 = 0.0;
                     [[unroll]] for (uint x = 0u; x < 4u * PER_WORD; ++x) dot4 += qreg[t * QE + w4 * 4u * PER_WORD + x] * e[x];
@@ -210,12 +238,18 @@ void main() {
             kahan_add(l[t], p);
             weights[t] = p;
         }
+        vec4 lane_w[QT4];  // this lane's key's weights, four rows per vec4
         [[unroll]] for (uint g4 = 0u; g4 < QT4; ++g4) {
             vec4 w = vec4(0.0);
             [[unroll]] for (uint c = 0u; c < 4u; ++c) if (4u * g4 + c < QT) w[c] = weights[4u * g4 + c];
+            lane_w[g4] = w;
+#if !SHUFFLE
             sh_p[g4 * WG + lid] = w;
+#endif
         }
+#if !SHUFFLE
         barrier();
+#endif
         float sums[QT * DE];
         [[unroll]] for (uint c = 0u; c < QT * DE; ++c) sums[c] = 0.0;
         uint n = min(WG, kend - kb);
@@ -223,7 +257,11 @@ void main() {
             float p[QT];
             bool any_weight = false;
             [[unroll]] for (uint g4 = 0u; g4 < QT4; ++g4) {
+#if SHUFFLE
+                vec4 w = subgroupShuffle(lane_w[g4], x);
+#else
                 vec4 w = sh_p[g4 * WG + x];
+#endif
                 [[unroll]] for (uint c = 0u; c < 4u; ++c) if (4u * g4 + c < QT) p[4u * g4 + c] = w[c];
             }
             [[unroll]] for (uint t = 0u; t < QT; ++t) any_weight = any_weight || p[t] != 0.0;
@@ -234,7 +272,7 @@ void main() {
             [[unroll]] for (uint i = 0u; i < VPL; ++i) {
                 uint w4 = lid + WG * i;
                 uvec4 w = uvec4(0u);
-                if (w4 < V4) w = v4[(kv_base + kb + x) * V4 + w4];
+                if (w4 < V4) w = V4_AT((kv_base + kb + x) * V4 + w4);
                 float e[4u * PER_WORD];
                 unpack4(w, e);
                 [[unroll]] for (uint y = 0u; y < 4u * PER_WORD; ++y) {
@@ -251,7 +289,9 @@ void main() {
             }
         }
         [[unroll]] for (uint c = 0u; c < QT * DE; ++c) kahan_add(acc[c], sums[c]);
+#if !SHUFFLE
         barrier();  // the block's weights are read everywhere before the next block's
+#endif
     }
 
     // The lanes' shares of l and bad, summed in lane order: the same in every lane.

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 SUBGROUP_BASIC = vk.VK_SUBGROUP_FEATURE_BASIC_BIT
 SUBGROUP_ARITHMETIC = vk.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT
+SUBGROUP_SHUFFLE = vk.VK_SUBGROUP_FEATURE_SHUFFLE_BIT
 STAGE_COMPUTE = vk.VK_SHADER_STAGE_COMPUTE_BIT
 
 # Texel-buffer formats kernels may read through (GLSL format name -> VkFormat). Reading
@@ -153,6 +154,14 @@ class DeviceInfo:
         """Subgroup arithmetic (subgroupAdd, subgroupMax...) usable in compute shaders."""
         return bool(
             self.subgroup_supported_operations & SUBGROUP_ARITHMETIC
+            and self.subgroup_supported_stages & STAGE_COMPUTE
+        )
+
+    @property
+    def subgroup_shuffle_in_compute(self) -> bool:
+        """Subgroup shuffles (subgroupShuffle) usable in compute shaders."""
+        return bool(
+            self.subgroup_supported_operations & SUBGROUP_SHUFFLE
             and self.subgroup_supported_stages & STAGE_COMPUTE
         )
 

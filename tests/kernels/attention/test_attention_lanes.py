@@ -1,7 +1,9 @@
 """shaders/attention_lanes.comp (the kernel of CPU devices where k and v rows are whole
 uvec4s) against the float64 reference: the classes of test_attention_accuracy.py on
 shapes that select it (D and Dv multiples of 4 words), with every KV layout, split
-counts, passes, masks, non-finite scores and workgroups of several subgroups."""
+counts, passes, masks, non-finite scores and workgroups of several subgroups, each way
+the kernel can read k and v (texel or storage buffers) and pass a block's weights
+(subgroupShuffle or shared memory)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,31 @@ from test_attention_accuracy import (
 )
 
 import vkcore
+from vkcore.kernels.attention import attention as attention_kernel
 from vkcore.kernels.attention import plan
+
+# How a call reads k and v and passes a block's weights: what the plan picks on this
+# device, shared memory instead of shuffles, storage buffers instead of texel buffers.
+PATHS = ["planned", "shared_weights", "storage_kv"]
+
+
+@pytest.fixture(params=PATHS)
+def lanes_path(request, device, monkeypatch):
+    """Forces one way through attention_lanes.comp; returns the texel choices seen."""
+    if request.param == "shared_weights":
+        monkeypatch.setattr(plan, "shuffles_weights", lambda info, workgroup: False)
+    if request.param == "storage_kv":
+        monkeypatch.setenv("VKCORE_TEXEL", "0")
+    seen = []
+    real = attention_kernel._kv_texels
+
+    def spy(dev, kv):
+        got = real(dev, kv)
+        seen.append(got)
+        return got
+
+    monkeypatch.setattr(attention_kernel, "_kv_texels", spy)
+    return request.param, seen
 
 
 @pytest.fixture
@@ -112,3 +138,41 @@ def test_masked_keys_unread_and_non_finite_scores(device, rng, grids):
         bad = vkcore.attention(q2, k2, v2, mask=add, device=device)
         assert list(np.flatnonzero(np.isnan(bad).any(axis=-1)[0, 0])) == [1, 3, 4]
         assert_matches(bad, q2, k2, v2, mask=add)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int8"])
+def test_every_read_and_weight_path(device, rng, grids, lanes_path, dtype):
+    """Each path over each cache layout, grouped-query heads, a causal prefill off every
+    block, one and several splits, masked keys holding NaN and a poisoned query: the
+    same results within the bound, and the path asked for is the one taken."""
+    seen, force = grids
+    path, texels = lanes_path
+    d = {"float32": 8, "float16": 8, "int8": 16}[dtype]
+    hkv, n = 2, 203
+    k, v = rand(rng, hkv, n, d), rand(rng, hkv, n, d)
+    cache = vkcore.KVCache(hkv, d, n, dtype=dtype, device=device)
+    cache.append(k, v)
+    keys, values = cache.numpy()
+    q = rand(rng, 4, 5, d)
+    for splits in (1, 3):
+        force(splits)
+        got = vkcore.attention(q, cache, causal=True)
+        assert_matches(got[None], q[None], keys, values, causal=True)
+    cache.release()
+    lk = 150
+    q2, k2, v2 = rand(rng, 1, 2, 3, 4), rand(rng, 1, 1, lk, 4), rand(rng, 1, 1, lk, 4)
+    mask = np.ones((3, lk), bool)
+    mask[:, :100] = False
+    k2[..., :100, :] = np.nan
+    v2[..., :100, :] = np.nan
+    q2[0, 1, 2, 0] = np.nan
+    for splits in (1, 4):
+        force(splits)
+        got = vkcore.attention(q2, k2, v2, mask=mask, device=device)
+        assert list(np.flatnonzero(np.isnan(got).any(axis=-1)[0])) == [5]
+        assert_matches(got, q2, k2, v2, mask=mask)
+    if path == "shared_weights":
+        assert not any(g.shuffle for g in seen)
+    if path == "planned":
+        assert all(g.shuffle == plan.shuffles_weights(device.info, g.workgroup) for g in seen)
+    assert texels and all((t is None) == (path == "storage_kv") for t in texels)

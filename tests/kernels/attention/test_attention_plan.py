@@ -154,3 +154,49 @@ def test_lanes_loop_steps_count_the_shared_sums(device):
     assert plan.lanes_block_steps(info, 4 * info.subgroup_size, 4) == 1 + 5 * 4 * info.subgroup_size
     plain = dataclasses.replace(info, subgroup_supported_operations=0)
     assert plan.lanes_block_steps(plain, info.subgroup_size, 4) == 1 + 5 * info.subgroup_size
+
+
+def test_weights_shuffle_only_within_one_full_subgroup(device):
+    """subgroupShuffle carries a block's weights only where every compute subgroup is
+    exactly the workgroup, with shuffles and arithmetic in compute; else shared memory."""
+    info = dataclasses.replace(
+        device.info,
+        subgroup_size=8,
+        min_subgroup_size=8,
+        max_subgroup_size=8,
+        subgroup_supported_operations=0x1 | 0x4 | 0x10,
+        subgroup_supported_stages=0x20,
+    )
+    assert plan.shuffles_weights(info, 8)
+    assert not plan.shuffles_weights(info, 4)  # a part of a subgroup
+    assert not plan.shuffles_weights(info, 16)  # two subgroups
+    assert not plan.shuffles_weights(dataclasses.replace(info, max_subgroup_size=32), 8)
+    assert not plan.shuffles_weights(dataclasses.replace(info, min_subgroup_size=4), 8)
+    no_size_control = dataclasses.replace(info, min_subgroup_size=0, max_subgroup_size=0)
+    assert plan.shuffles_weights(no_size_control, 8)
+    assert not plan.shuffles_weights(
+        dataclasses.replace(info, subgroup_supported_operations=0x1 | 0x4), 8
+    )
+    assert not plan.shuffles_weights(
+        dataclasses.replace(info, subgroup_supported_operations=0x1 | 0x10), 8
+    )
+    assert not plan.shuffles_weights(dataclasses.replace(info, subgroup_supported_stages=0x1), 8)
+
+
+@pytest.mark.parametrize("name", devices.NAMES)
+def test_shuffle_follows_the_recorded_subgroups(name):
+    """On every recorded device the lanes grid shuffles exactly when its workgroup is the
+    one subgroup size the device reports (GPUs never take the lanes kernel unless CPU)."""
+    info = devices.device_info(devices.load(name))
+    cpu = dataclasses.replace(info, device_type="cpu")
+    g = plan.grid(cpu, 2, 8, 4, 4096, 128, 128, word_elems=2)
+    assert g.lanes
+    sizes = {s for s in (info.min_subgroup_size, info.max_subgroup_size) if s}
+    one_size = sizes <= {info.subgroup_size}
+    expected = (
+        one_size
+        and g.workgroup == info.subgroup_size
+        and info.subgroup_arithmetic_in_compute
+        and info.subgroup_shuffle_in_compute
+    )
+    assert g.shuffle == expected

@@ -35,11 +35,15 @@ from vkcore.kernels.attention import pieces, plan
 from vkcore.kernels.attention.kvcache import DTYPES, PER_WORD, KVCache
 
 MERGE_WORKGROUP = 64
+TEXEL_FORMAT = "rgba32ui"  # attention_lanes.comp reads k and v rows as uvec4s
 variants.register(
     "attention.comp", spirv.define_grid(KV=[0, 1, 2], MASK=[0, 1]), exact=False, reduces=False
 )
 variants.register(
-    "attention_lanes.comp", spirv.define_grid(KV=[0, 1, 2], MASK=[0, 1]), exact=False, reduces=True
+    "attention_lanes.comp",
+    spirv.define_grid(KV=[0, 1, 2], MASK=[0, 1], TEXEL=[0, 1], SHUFFLE=[0, 1]),
+    exact=False,
+    reduces=True,
 )
 variants.register("attention_merge.comp", [{}], exact=False, reduces=False)
 
@@ -300,7 +304,11 @@ def _program(dev: Device, g: plan.Grid, kv: KV, masked: bool) -> Any:
     """The attend Program of grid ``g``: attention_lanes.comp or attention.comp."""
     defines = {"KV": DTYPES[kv.kind], "MASK": int(masked)}
     spec: dict[str | int, int]
+    texel = None
     if g.lanes:
+        texel = _kv_texels(dev, kv)
+        defines["TEXEL"] = int(texel is not None)
+        defines["SHUFFLE"] = int(g.shuffle)
         defines.update(variants.defines(dev.info, exact=False, reduces=True))
         spec = {"QT": g.tile, "Q4": kv.words // plan.LANE_WORDS, "V4": kv.vwords // plan.LANE_WORDS}
     else:
@@ -311,7 +319,15 @@ def _program(dev: Device, g: plan.Grid, kv: KV, masked: bool) -> Any:
             "KL": g.key_lanes,
             "KB": g.block_keys,
         }
-    return programs.program(dev, g.shader, defines, workgroup=g.workgroup, spec=spec)
+    return programs.program(dev, g.shader, defines, workgroup=g.workgroup, spec=spec, texel=texel)
+
+
+def _kv_texels(dev: Device, kv: KV) -> dict[int, str] | None:
+    """k and v read as uniform texel buffers of uvec4s where both can be (the texture
+    path's loads are vector gathers on a CPU device), else None (storage buffers)."""
+    if all(c.texel_format(dev, b, TEXEL_FORMAT) for b in (kv.k, kv.v)):
+        return {1: TEXEL_FORMAT, 2: TEXEL_FORMAT}
+    return None
 
 
 def _steps(

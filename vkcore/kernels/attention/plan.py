@@ -48,6 +48,7 @@ class Grid:
     chunk: int  # keys per split, a whole number of blocks
     max_chunk: int  # keys of one pass over a split (llvmpipe's loop limit)
     lanes: bool = False  # shaders/attention_lanes.comp (one key at a time) instead
+    shuffle: bool = False  # attention_lanes.comp passes weights by subgroupShuffle
 
     @property
     def shader(self) -> str:
@@ -151,6 +152,21 @@ def alone_in_subgroup(info: DeviceInfo, workgroup: int) -> bool:
     return info.subgroup_arithmetic_in_compute and workgroup <= smallest
 
 
+def shuffles_weights(info: DeviceInfo, workgroup: int) -> bool:
+    """Whether attention_lanes.comp passes a block's weights between its lanes with
+    subgroupShuffle instead of shared memory and two barriers: only where a workgroup is
+    surely one full subgroup (every compute subgroup size the device reports equals the
+    workgroup) with subgroup arithmetic and shuffles in compute. On lavapipe a lane's
+    shared-memory load is a loop over the lanes; a shuffle stays in registers."""
+    sizes = {info.subgroup_size, info.min_subgroup_size or workgroup}
+    sizes.add(info.max_subgroup_size or workgroup)
+    return (
+        info.subgroup_arithmetic_in_compute
+        and info.subgroup_shuffle_in_compute
+        and sizes == {workgroup}
+    )
+
+
 def lanes_block_steps(info: DeviceInfo, workgroup: int, tile: int) -> int:
     """The loop iterations a block of ``workgroup`` keys adds to an invocation of
     shaders/attention_lanes.comp: the block loop's, the loop over its keys' values and,
@@ -199,7 +215,8 @@ def lanes_grid(
     chunk = -(-blocks // splits) * wg
     splits = max(1, -(-keys // chunk))
     check_counts(info, heads, rows, tile, tiles, splits)
-    return Grid(wg, tile, dims, 1, 1, tiles, splits, chunk, max_chunk, lanes=True)
+    shuffle = shuffles_weights(info, wg)
+    return Grid(wg, tile, dims, 1, 1, tiles, splits, chunk, max_chunk, lanes=True, shuffle=shuffle)
 
 
 def check_counts(
