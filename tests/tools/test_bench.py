@@ -202,3 +202,16 @@ def test_log_softmax_baseline_is_a_log_softmax(monkeypatch):
     name, f = bench.numpy_log_softmax()
     assert name.startswith("numpy")
     np.testing.assert_allclose(f(x), reference.log_softmax(x), atol=2e-5, rtol=1e-6)
+
+
+def test_decode_floor_is_the_cache_bytes_at_the_copy_kernels_bandwidth(monkeypatch):
+    """The attention rows' floor: the decode cache's bytes over the copy kernel's median
+    bandwidth; NaN (never a made-up figure) where the device gives no times."""
+    from vkcore.tools.bench import attention_cases
+
+    _, hkv, d, n = attention_cases.DECODE
+    cache_bytes = 2 * hkv * n * d * 2  # k and v, two bytes per float16
+    monkeypatch.setattr(attention_cases, "kernel_copy_bandwidth", lambda dev, r: [1e9, 4e9, 2e9])
+    assert attention_cases.decode_floor(None, 3) == pytest.approx(cache_bytes / 2e9)
+    monkeypatch.setattr(attention_cases, "kernel_copy_bandwidth", lambda dev, r: [])
+    assert np.isnan(attention_cases.decode_floor(None, 3))

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable, Iterator
+from statistics import median
 from typing import Any
 
 import numpy as np
 
 import vkcore
 from vkcore.device.device import Device
+from vkcore.tools.bench.baselines import kernel_copy_bandwidth
 from vkcore.tools.bench.harness import BLAS_BLOCK, BLAS_SETTLE, Comparison, side_by_side
 
 DECODE = (32, 8, 128, 4096)  # query heads, KV heads, D, cached positions
@@ -172,15 +174,34 @@ def _torch_row(
     )
 
 
+def decode_floor(dev: Device, repeats: int) -> float:
+    """Seconds the decode row's cache read takes at the copy kernel's bandwidth on ``dev``
+    (a timed device): no decode kernel here can be faster, so ``numpy / floor`` bounds
+    the decode row's ratio on this machine."""
+    _, hkv, d, n = DECODE
+    rates = kernel_copy_bandwidth(dev, repeats)
+    return 2 * hkv * n * d * 2 / median(rates) if rates else float("nan")
+
+
 def main() -> None:
     """``python -m vkcore.tools.bench.attention_cases``: the attention rows of ``vkcore
-    bench`` alone, on the default device."""
-    dev = vkcore.default_device()
-    for c in attention_rows(dev, 7, np.random.default_rng(0)):
-        base, cand = c.baseline_median or 0.0, c.candidate_median or 0.0
+    bench`` alone, on the default device, then the decode row's floor (its cache read at
+    the copy kernel's bandwidth) and the ratio that floor would give."""
+    with Device(timed=True) as dev:
+        decode_numpy = None
+        for c in attention_rows(dev, 7, np.random.default_rng(0)):
+            base, cand = c.baseline_median or 0.0, c.candidate_median or 0.0
+            if c.group == "attention_decode_vs_numpy":
+                decode_numpy = base
+            print(
+                f"{c.group:28s} {c.baseline} {base * 1e3:8.1f} ms   {c.candidate} "
+                f"{cand * 1e3:8.1f} ms   ratio {c.ratio:.2f}x"
+            )
+        floor = decode_floor(dev, 7)
+        best = f"{decode_numpy / floor:.2f}x" if decode_numpy else "-"
         print(
-            f"{c.group:28s} {c.baseline} {base * 1e3:8.1f} ms   {c.candidate} "
-            f"{cand * 1e3:8.1f} ms   ratio {c.ratio:.2f}x"
+            f"decode floor: the {DECODE[1]}x{DECODE[3]}x{DECODE[2]} float16 cache read at the "
+            f"copy kernel's bandwidth takes {floor * 1e3:.2f} ms: at best {best} numpy here"
         )
 
 
