@@ -96,15 +96,20 @@ def test_every_kv_layout_and_workgroup_size(device, rng, grids, monkeypatch, dty
     if size != 1:
         monkeypatch.setattr(plan, "workgroup_size", lambda info: size)
     _, force = grids
+    check_cache_layout(device, rng, force, dtype, hkv=2, n=301, hq=6, lq=3, splits=(1, 4))
+
+
+def check_cache_layout(device, rng, force, dtype, *, hkv, n, hq, lq, splits):
+    """A causal call over a cache of ``dtype`` for each split count, against the
+    reference on the values the cache holds."""
     d = {"float32": 8, "float16": 8, "int8": 16}[dtype]
-    hkv, n = 2, 301
     k, v = rand(rng, hkv, n, d), rand(rng, hkv, n, d)
     cache = vkcore.KVCache(hkv, d, n, dtype=dtype, device=device)
     cache.append(k, v)
     keys, values = cache.numpy()
-    q = rand(rng, 6, 3, d)
-    for splits in (1, 4):
-        force(splits)
+    q = rand(rng, hq, lq, d)
+    for count in splits:
+        force(count)
         got = vkcore.attention(q, cache, causal=True)
         assert_matches(got[None], q[None], keys, values, causal=True)
     cache.release()
@@ -147,18 +152,7 @@ def test_every_read_and_weight_path(device, rng, grids, lanes_path, dtype):
     same results within the bound, and the path asked for is the one taken."""
     seen, force = grids
     path, texels = lanes_path
-    d = {"float32": 8, "float16": 8, "int8": 16}[dtype]
-    hkv, n = 2, 203
-    k, v = rand(rng, hkv, n, d), rand(rng, hkv, n, d)
-    cache = vkcore.KVCache(hkv, d, n, dtype=dtype, device=device)
-    cache.append(k, v)
-    keys, values = cache.numpy()
-    q = rand(rng, 4, 5, d)
-    for splits in (1, 3):
-        force(splits)
-        got = vkcore.attention(q, cache, causal=True)
-        assert_matches(got[None], q[None], keys, values, causal=True)
-    cache.release()
+    check_cache_layout(device, rng, force, dtype, hkv=2, n=203, hq=4, lq=5, splits=(1, 3))
     lk = 150
     q2, k2, v2 = rand(rng, 1, 2, 3, 4), rand(rng, 1, 1, lk, 4), rand(rng, 1, 1, lk, 4)
     mask = np.ones((3, lk), bool)
