@@ -25,6 +25,10 @@
 #ifndef SHUFFLE
 #define SHUFFLE 0
 #endif
+#if SHUFFLE && !SUBGROUP
+#undef SHUFFLE
+#define SHUFFLE 0  // the shared-memory twin uses no subgroup operation at all
+#endif
 #if SHUFFLE
 #extension GL_KHR_shader_subgroup_shuffle : require
 #endif
