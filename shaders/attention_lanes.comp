@@ -26,8 +26,7 @@
 #define SHUFFLE 0
 #endif
 #if SHUFFLE && !SUBGROUP
-#undef SHUFFLE
-#define SHUFFLE 0  // the shared-memory twin uses no subgroup operation at all
+#error "SHUFFLE needs subgroup operations (SUBGROUP 1)"
 #endif
 #if SHUFFLE
 #extension GL_KHR_shader_subgroup_shuffle : require

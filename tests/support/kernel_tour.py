@@ -12,7 +12,8 @@ Used three ways:
   of 4 (``LP_NATIVE_VECTOR_WIDTH=128``) and the staging path (``VKCORE_FORCE_STAGING=1``).
 
 The variants chosen from device properties (``vkcore.kernels.variants``: RTE where
-round-to-nearest-even can be requested, SUBGROUP=0 without subgroup arithmetic) are
+round-to-nearest-even can be requested, SUBGROUP=0 without subgroup arithmetic, the
+attention lanes kernel's SHUFFLE=0 without subgroup shuffles) are
 reached by running the kernels again on the same device with a DeviceInfo that lacks
 those properties (:func:`feature_profiles`); their results must meet the same checks.
 As a script with ``--native-only`` (the other driver settings) or ``--installed``, only
@@ -37,7 +38,7 @@ import numpy as np
 
 import vkcore
 from vkcore import reference, spirv
-from vkcore.device.info import SUBGROUP_ARITHMETIC, DeviceInfo
+from vkcore.device.info import SUBGROUP_ARITHMETIC, SUBGROUP_SHUFFLE, DeviceInfo
 from vkcore.kernels.softmax import stages as softmax_kernels
 from vkcore.spirv import interface_file, reflect
 
@@ -324,11 +325,15 @@ TOURS_BY_NAME = {t.__name__.removeprefix("tour_"): t for t in TOURS}
 
 def feature_profiles(info: DeviceInfo) -> list[tuple[str, DeviceInfo, list[Tour]]]:
     """The device as it is, then without RTE (the kernels that request it: quantization),
-    without subgroup arithmetic (every reducing kernel) and without both; a profile equal
-    to the device's own properties is left out."""
+    without subgroup arithmetic (every reducing kernel), without subgroup shuffles
+    (attention's lanes kernel) and without RTE and arithmetic; a profile equal to the
+    device's own properties is left out."""
     no_rte = {"rounding_mode_rte_float32": False}
     no_arith = {
         "subgroup_supported_operations": info.subgroup_supported_operations & ~SUBGROUP_ARITHMETIC
+    }
+    no_shuffle = {
+        "subgroup_supported_operations": info.subgroup_supported_operations & ~SUBGROUP_SHUFFLE
     }
     wanted: list[tuple[str, dict[str, object], list[Tour]]] = [
         (
@@ -337,6 +342,7 @@ def feature_profiles(info: DeviceInfo) -> list[tuple[str, DeviceInfo, list[Tour]
             [tour_quantization, tour_quant_groups, tour_matvec_groups, tour_attention],
         ),
         ("shared-memory reductions", no_arith, TOURS),
+        ("no subgroup shuffles", no_shuffle, [tour_attention]),
         (
             "no RTE, shared-memory reductions",
             {**no_rte, **no_arith},
@@ -414,7 +420,8 @@ def unrequested_variants(info: DeviceInfo | None = None) -> set[tuple[str, tuple
     """Declared variants that nothing in this process has run (the tour must reach all).
 
     With ``info``, those that need what that device lacks are left out (RTE=1 without
-    shaderRoundingModeRTEFloat32, subgroup reductions without subgroup arithmetic)."""
+    shaderRoundingModeRTEFloat32, subgroup reductions without subgroup arithmetic,
+    SHUFFLE=1 without subgroup arithmetic and shuffles)."""
     declared = _ids(spirv.variants())
     if info is None:
         return declared - _ids(spirv.requested())
@@ -427,6 +434,8 @@ def unrequested_variants(info: DeviceInfo | None = None) -> set[tuple[str, tuple
         sg_choice = shared or (name, _with(d, "SUBGROUP", 0)) in declared
         if rte_choice and has_rte and not rte or sg_choice and not shared and not arith:
             continue  # the device cannot run it
+        if ("SHUFFLE", 1) in d and not (arith and info.subgroup_shuffle_in_compute):
+            continue
         wanted.add((name, d))
     return wanted - _ids(spirv.requested())
 

@@ -39,11 +39,19 @@ TEXEL_FORMAT = "rgba32ui"  # attention_lanes.comp reads k and v rows as uvec4s
 variants.register(
     "attention.comp", spirv.define_grid(KV=[0, 1, 2], MASK=[0, 1]), exact=False, reduces=False
 )
+_LANES_GRID = {"KV": [0, 1, 2], "MASK": [0, 1], "TEXEL": [0, 1]}
 variants.register(
     "attention_lanes.comp",
-    spirv.define_grid(KV=[0, 1, 2], MASK=[0, 1], TEXEL=[0, 1], SHUFFLE=[0, 1]),
+    spirv.define_grid(**_LANES_GRID, SHUFFLE=[0]),
     exact=False,
     reduces=True,
+)
+# A shuffle needs subgroup operations (plan.shuffles_weights): no shared-memory twin.
+variants.register(
+    "attention_lanes.comp",
+    spirv.define_grid(**_LANES_GRID, SHUFFLE=[1]),
+    exact=False,
+    reduces=False,
 )
 variants.register("attention_merge.comp", [{}], exact=False, reduces=False)
 
