@@ -146,6 +146,16 @@ void main() {
         kend = min(kend, uint(max(0, int(hi_pos + pc.lk) - int(pc.lq) + 1)));
     }
 
+    // Each row's last attended key (-1: none, past the tile's rows) and the start of its
+    // mask row, worked out once: a block would otherwise divide by lq for every row.
+    int last_key[QT];
+    uint mask_row[QT];
+    [[unroll]] for (uint t = 0u; t < QT; ++t) {
+        uint row = row0 + t;
+        uint g = row / pc.lq, i = row - g * pc.lq;
+        last_key[t] = row >= rows ? -1 : pc.causal != 0u ? int(i + pc.lk) - int(pc.lq) : int(pc.lk);
+        mask_row[t] = b * pc.m_b + (kvh * pc.group + g) * pc.m_h + i * pc.m_i;
+    }
     float r[QT];      // the same in every lane
     KahanSum l[QT];   // this lane's keys' share
     uint bad[QT];     // this lane's keys'
@@ -195,15 +205,11 @@ void main() {
         float sx[QT];
         float top[QT];
         [[unroll]] for (uint t = 0u; t < QT; ++t) {
-            uint row = row0 + t;
-            uint g = row / pc.lq, i = row - g * pc.lq;
             float add = 0.0;
-            bool attended = live && row < rows;
-            if (attended && pc.causal != 0u) attended = int(j) <= int(i + pc.lk) - int(pc.lq);
+            bool attended = live && int(j) <= last_key[t];
 #if MASK
             if (attended) {
-                uint hq = kvh * pc.group + g;
-                add = mask[b * pc.m_b + hq * pc.m_h + i * pc.m_i + j * pc.m_j];
+                add = mask[mask_row[t] + j * pc.m_j];
                 attended = add != NEG_INF;  // masked whatever the key holds
             }
 #endif
@@ -212,7 +218,12 @@ void main() {
             bad[t] |= sx_bad;
             top[t] = sx_bad != 0u ? NEG_INF : sx[t];
         }
-        // The block's largest (finite) score per row, the same in every lane.
+        // The block's largest (finite) score per row, the same in every lane. With SHUFFLE
+        // the workgroup is one subgroup by construction: no run-time choice, whose other
+        // branch a CPU device would run too, under a mask.
+#if SHUFFLE
+        [[unroll]] for (uint t = 0u; t < QT; ++t) top[t] = subgroupMax(top[t]);
+#else
         if (alone) {
 #if SUBGROUP
             [[unroll]] for (uint t = 0u; t < QT; ++t) top[t] = subgroupMax(top[t]);
@@ -227,6 +238,7 @@ void main() {
             }
             barrier();
         }
+#endif
         // One reference per row, moved only when the block exceeds it by more than MARGIN.
         float weights[QT];
         [[unroll]] for (uint t = 0u; t < QT; ++t) {
