@@ -267,8 +267,17 @@ void main() {
 #endif
         float sums[QT * DE];
         [[unroll]] for (uint c = 0u; c < QT * DE; ++c) sums[c] = 0.0;
+#if SHUFFLE
+        // Every key of the block, unrolled: a key past kend weighs 0 in every row (its
+        // lane was not live) and reads the last key's value, which the select below
+        // keeps out of the sums, so no loop mask and no skip are needed.
+        [[unroll]] for (uint x = 0u; x < WG; ++x) {
+            uint key = min(kb + x, kend - 1u);
+#else
         uint n = min(WG, kend - kb);
         for (uint x = 0u; x < n; ++x) {
+            uint key = kb + x;
+#endif
             float p[QT];
             bool any_weight = false;
             [[unroll]] for (uint g4 = 0u; g4 < QT4; ++g4) {
@@ -279,15 +288,17 @@ void main() {
 #endif
                 [[unroll]] for (uint c = 0u; c < 4u; ++c) if (4u * g4 + c < QT) p[4u * g4 + c] = w[c];
             }
+#if !SHUFFLE
             [[unroll]] for (uint t = 0u; t < QT; ++t) any_weight = any_weight || p[t] != 0.0;
             if (!any_weight) continue;  // a masked key's value is never read
+#endif
 #if KV == 2
-            float vscale = v_scales[kv_base + kb + x];
+            float vscale = v_scales[kv_base + key];
 #endif
             [[unroll]] for (uint i = 0u; i < VPL; ++i) {
                 uint w4 = lid + WG * i;
                 uvec4 w = uvec4(0u);
-                if (w4 < V4) w = V4_AT((kv_base + kb + x) * V4 + w4);
+                if (V4 % WG == 0u || w4 < V4) w = V4_AT((kv_base + key) * V4 + w4);
                 float e[4u * PER_WORD];
                 unpack4(w, e);
                 [[unroll]] for (uint y = 0u; y < 4u * PER_WORD; ++y) {
