@@ -26,12 +26,14 @@ MAX_SPLITS = 256
 MAX_LOOP_STEPS = 65_535
 SHARED_SLOT_BYTES = 4
 LANE_WORDS = 4  # attention_lanes.comp reads k and v as uvec4s
-# attention_lanes.comp: tiles up to 16 rows (each load of k and v serves more rows: a
-# causal prefill of L = 1024, D = 64 took about 0.7 of the time of tiles of 8 on
-# lavapipe), within the query elements (tile * D) and accumulators every lane keeps.
+# attention_lanes.comp: tiles up to 16 rows (each load of k and v serves more rows),
+# within the query elements (tile * D) and accumulators every lane keeps. Its body is
+# unrolled over both, and llvmpipe's first compile of it grows about fourfold with each
+# doubling: 26 s cold at 1024 query slots for D = 64 against 7 s at 512, with the same
+# speed since the SHUFFLE path (a causal prefill of L = 1024, D = 64 in tiles of 8 or 16).
 LANE_MAX_TILE = 16
-LANE_QUERY_SLOTS = 1024
-LANE_ACC_SLOTS = 128
+LANE_QUERY_SLOTS = 512
+LANE_ACC_SLOTS = 64
 
 
 @dataclass(frozen=True)
