@@ -146,14 +146,20 @@ def test_lanes_grid_as_a_cpu_device(name):
 
 
 def test_lanes_loop_steps_count_the_shared_sums(device):
-    """A workgroup of several subgroups (or none with arithmetic) pays the shared-memory
-    maxima in loop steps; one subgroup does not."""
+    """Without SHUFFLE a block pays the shared-memory maxima in loop steps, whether the
+    workgroup is one subgroup or several; with it (one full subgroup) it does not."""
     info = device.info
     one = plan.lanes_block_steps(info, info.subgroup_size, 4)
     assert one == 1 + info.subgroup_size
     assert plan.lanes_block_steps(info, 4 * info.subgroup_size, 4) == 1 + 5 * 4 * info.subgroup_size
     plain = dataclasses.replace(info, subgroup_supported_operations=0)
     assert plan.lanes_block_steps(plain, info.subgroup_size, 4) == 1 + 5 * info.subgroup_size
+    # One subgroup without shuffles: the maxima path is chosen at run time, and a CPU
+    # device runs both sides of that branch, so its loop counts too.
+    no_shuffle = dataclasses.replace(
+        info, subgroup_supported_operations=info.subgroup_supported_operations & ~0x10
+    )
+    assert plan.lanes_block_steps(no_shuffle, info.subgroup_size, 4) == 1 + 5 * info.subgroup_size
 
 
 def test_weights_shuffle_only_within_one_full_subgroup(device):

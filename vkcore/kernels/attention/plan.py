@@ -147,13 +147,6 @@ def lanes_kernel(info: DeviceInfo, words: int, vwords: int) -> bool:
     return info.is_cpu and words % LANE_WORDS == 0 and vwords % LANE_WORDS == 0
 
 
-def alone_in_subgroup(info: DeviceInfo, workgroup: int) -> bool:
-    """Whether a workgroup is surely one subgroup with subgroup arithmetic (then
-    attention_lanes.comp takes a block's maxima without shared memory)."""
-    smallest = info.min_subgroup_size or info.subgroup_size or 1
-    return info.subgroup_arithmetic_in_compute and workgroup <= smallest
-
-
 def shuffles_weights(info: DeviceInfo, workgroup: int) -> bool:
     """Whether attention_lanes.comp passes a block's weights between its lanes with
     subgroupShuffle instead of shared memory and two barriers: only where a workgroup is
@@ -172,10 +165,17 @@ def shuffles_weights(info: DeviceInfo, workgroup: int) -> bool:
 def lanes_block_steps(info: DeviceInfo, workgroup: int, tile: int) -> int:
     """The loop iterations a block of ``workgroup`` keys adds to an invocation of
     shaders/attention_lanes.comp: the block loop's, the loop over its keys' values and,
-    unless the workgroup is one subgroup, the shared-memory maxima (rows times lanes).
-    Every other loop in the block has a constant trip count and is unrolled."""
-    alone = alone_in_subgroup(info, workgroup)
-    return 1 + workgroup + (0 if alone else tile * workgroup)
+    without SHUFFLE, the shared-memory maxima (rows times lanes). Every other loop in
+    the block has a constant trip count and is unrolled.
+
+    Without SHUFFLE the maxima loop counts even where the workgroup is one subgroup:
+    whether it is is decided at run time, and a CPU device runs both sides of such a
+    branch under a mask. Counting it only where the workgroup spanned several subgroups
+    let a split of about 58,000 keys run as one pass on llvmpipe, which stopped after
+    about 47,700 of them and dropped the rest without an error."""
+    if shuffles_weights(info, workgroup):
+        return 1 + workgroup
+    return 1 + workgroup + tile * workgroup
 
 
 def lanes_grid(
