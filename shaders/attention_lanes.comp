@@ -279,7 +279,6 @@ void main() {
             uint key = kb + x;
 #endif
             float p[QT];
-            bool any_weight = false;
             [[unroll]] for (uint g4 = 0u; g4 < QT4; ++g4) {
 #if SHUFFLE
                 vec4 w = subgroupShuffle(lane_w[g4], x);
@@ -289,6 +288,7 @@ void main() {
                 [[unroll]] for (uint c = 0u; c < 4u; ++c) if (4u * g4 + c < QT) p[4u * g4 + c] = w[c];
             }
 #if !SHUFFLE
+            bool any_weight = false;
             [[unroll]] for (uint t = 0u; t < QT; ++t) any_weight = any_weight || p[t] != 0.0;
             if (!any_weight) continue;  // a masked key's value is never read
 #endif
